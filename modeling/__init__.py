@@ -1,0 +1,31 @@
+"""csekit models. Importing this package registers every config/model with ``AutoConfig``/``AutoModel`` and marks
+them for ``auto_map`` + code export, so saved folders also load with ``trust_remote_code=True`` without csekit."""
+
+from transformers import AutoConfig, AutoModel
+
+from .configuration_encoder import SentenceEncoderConfig
+from .configuration_simcse import SimCSEConfig
+from .losses import info_nce_loss
+from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderPreTrainedModel
+from .modeling_simcse import SimCSEModel
+from .pooling import POOLER_TYPES
+
+MODEL_CLASSES = (SimCSEModel,)
+
+for _model_class in MODEL_CLASSES:
+    _config_class = _model_class.config_class
+    AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
+    AutoModel.register(_config_class, _model_class, exist_ok=True)
+    _config_class.register_for_auto_class()
+    _model_class.register_for_auto_class("AutoModel")
+
+__all__ = [
+    "MODEL_CLASSES",
+    "POOLER_TYPES",
+    "SentenceEmbeddingOutput",
+    "SentenceEncoderConfig",
+    "SentenceEncoderPreTrainedModel",
+    "SimCSEConfig",
+    "SimCSEModel",
+    "info_nce_loss",
+]

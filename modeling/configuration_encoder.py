@@ -1,0 +1,43 @@
+"""Configuration shared by every csekit sentence encoder: the backbone config and how it is pooled."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+from .pooling import resolve_pooling_layers
+
+
+@strict
+class SentenceEncoderConfig(PreTrainedConfig):
+    r"""Base configuration of a csekit sentence encoder.
+
+    The backbone (any Hugging Face encoder: BERT, RoBERTa, MiniLM, ...) is described by its own config, nested as
+    ``encoder_config``, so ``config.json`` alone rebuilds the whole model without a separate backbone download.
+
+    Args:
+        encoder_config: config (or its dict) of the backbone encoder; defaults to a bert-base config.
+        pooler_type: one of ``cls``, ``cls_before_pooler``, ``avg``, ``avg_first_last``, ``avg_top2``, ``layers``
+            (see ``pooling.py``).
+        pooling_layers: layer indices averaged when ``pooler_type="layers"`` (-1 static token embeddings,
+            0 embedding output, i block i).
+        max_length: default truncation length for ``encode``; ``None`` keeps the tokenizer's model maximum.
+    """
+
+    model_type = "csekit-encoder"
+    sub_configs_defaults = {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    encoder_config: PreTrainedConfig | dict | None = None
+    pooler_type: str = "cls"
+    pooling_layers: list[int] | None = None
+    max_length: int | None = None
+
+    def validate_pooling(self):
+        resolve_pooling_layers(self.pooler_type, self.pooling_layers, self.encoder_config.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.encoder_config.hidden_size
+
+    @property
+    def resolved_pooling_layers(self) -> list:
+        return resolve_pooling_layers(self.pooler_type, self.pooling_layers, self.encoder_config.num_hidden_layers)

@@ -1,0 +1,171 @@
+"""Base class of every csekit model: a Hugging Face encoder, a pooler and a method-specific head."""
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .configuration_encoder import SentenceEncoderConfig
+from .encoding import encode_sentences
+from .pooling import STATIC_EMBEDDINGS_LAYER, pool
+
+
+@dataclass
+class SentenceEmbeddingOutput(ModelOutput):
+    """Output of a csekit encoder.
+
+    Args:
+        embeddings: ``(batch, hidden)`` sentence vectors, or ``(batch, views, hidden)`` when the input had a views
+            axis. In training these are what the contrastive loss sees (after the head).
+        pooled: the same shape, the pooler output before the head.
+    """
+
+    embeddings: Optional[torch.FloatTensor] = None
+    pooled: Optional[torch.FloatTensor] = None
+
+
+def build_encoder(encoder_config, name_or_path: Optional[str] = None) -> PreTrainedModel:
+    """The backbone without its task pooler (BERT's tanh pooler would be an unused parameter under DDP)."""
+    load = AutoModel.from_pretrained if name_or_path else AutoModel.from_config
+    source = name_or_path or encoder_config
+    try:
+        return load(source, add_pooling_layer=False)
+    except TypeError:  # architectures without a pooler do not take the argument
+        return load(source)
+
+
+class SentenceEncoderPreTrainedModel(PreTrainedModel):
+    """Encoder + pooling shared by SimCSE, WhitenedCSE, CMLM-CSE and CLSR.
+
+    Subclasses add their head in ``__init__`` and override :meth:`head`; the forward pass stays the same:
+    ``tokens -> encoder -> pool -> head``. Inputs may carry a views axis, ``(batch, views, seq_len)``, which is
+    flattened for the encoder and restored on the outputs, so two dropout views cost one encoder call.
+    """
+
+    config_class = SentenceEncoderConfig
+    base_model_prefix = "encoder"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+
+    def __init__(self, config: SentenceEncoderConfig):
+        super().__init__(config)
+        self.encoder = build_encoder(config.encoder_config)
+        self.pooling_layers = config.resolved_pooling_layers
+        self._tokenizer = None
+
+    @classmethod
+    def from_encoder(cls, encoder_name_or_path: str, **config_kwargs) -> "SentenceEncoderPreTrainedModel":
+        """Start from a pretrained backbone folder (BERT, RoBERTa, a sentence-transformers folder, ...).
+
+        ``config_kwargs`` are the method's config fields (``pooler_type``, ``temperature``, ...); the head is
+        freshly initialised and the encoder weights are the pretrained ones.
+        """
+        encoder = build_encoder(None, encoder_name_or_path)
+        model = cls(cls.config_class(encoder_config=encoder.config.to_dict(), **config_kwargs))
+        model.encoder = encoder
+        model.config.name_or_path = encoder_name_or_path
+        return model
+
+    def _init_weights(self, module):
+        std = self.config.encoder_config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Map pooled ``(n, hidden)`` vectors to embeddings; identity unless a method adds a head."""
+        return pooled
+
+    def pool_tokens(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: Optional[torch.Tensor] = None,
+        token_weights: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Run the encoder on ``(n, seq_len)`` tokens and pool to ``(n, hidden)``."""
+        layers = self.pooling_layers
+        needs_all_layers = layers != [self.config.encoder_config.num_hidden_layers]
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=needs_all_layers, **extra
+        )
+        hidden_states = outputs.hidden_states if needs_all_layers else {layers[-1]: outputs.last_hidden_state}
+        static = None
+        if STATIC_EMBEDDINGS_LAYER in layers:
+            static = self.encoder.get_input_embeddings()(input_ids)
+        return pool(self.config.pooler_type, layers, hidden_states, attention_mask, static, token_weights)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        token_type_ids: Optional[torch.Tensor] = None,
+        token_weights: Optional[torch.Tensor] = None,
+    ) -> SentenceEmbeddingOutput:
+        """Encode tokens of shape ``(batch, seq_len)`` or ``(batch, views, seq_len)`` into sentence vectors."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        lead_shape = input_ids.shape[:-1]
+
+        def flat(tensor):
+            return None if tensor is None else tensor.reshape(-1, tensor.shape[-1])
+
+        pooled = self.pool_tokens(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(token_weights))
+        embeddings = self.head(pooled)
+        return SentenceEmbeddingOutput(
+            embeddings=embeddings.reshape(*lead_shape, -1), pooled=pooled.reshape(*lead_shape, -1)
+        )
+
+    # ----------------------------------------------------------------------------------------------- inference API
+    @property
+    def tokenizer(self):
+        """The tokenizer saved next to the weights, loaded on first use (set it to use another one)."""
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(self.config.name_or_path)
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def encode(
+        self,
+        sentences: Sequence[str],
+        batch_size: int = 64,
+        max_length: Optional[int] = None,
+        normalize: bool = False,
+        convert_to_numpy: bool = True,
+        show_progress_bar: Optional[bool] = None,
+    ):
+        """Sentence embeddings for a list of texts, in inference mode (no dropout, no training-only head).
+
+        Returns ``(len(sentences), hidden)`` as a numpy array (or a CPU float32 tensor with
+        ``convert_to_numpy=False``); ``normalize`` scales each row to unit length.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            vectors = encode_sentences(
+                lambda batch: self(**batch).embeddings,
+                self.tokenizer,
+                sentences,
+                batch_size=batch_size,
+                max_length=max_length or self.config.max_length,
+                device=self.device,
+                show_progress_bar=show_progress_bar,
+            )
+        finally:
+            self.train(was_training)
+        if normalize:
+            vectors = nn.functional.normalize(vectors, dim=-1)
+        return vectors.numpy() if convert_to_numpy else vectors

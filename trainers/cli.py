@@ -1,0 +1,81 @@
+"""The ``csekit`` command line.
+
+    csekit evaluate MODEL --tasks sts [--pooler P] [--batch-size N] [--max-length L] [--data-dir DIR]
+                          [--output results.json]
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .data import DataError, resolve_data_dir
+from .sts import STS_TASKS, STSEvaluator, format_sts_table
+
+EVALUATION_SUITES = ("sts",)
+
+
+def add_evaluate_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="Score a model on evaluation suites (STS: SentEval 'all' protocol, Spearman x100).",
+        description="Score a sentence encoder. MODEL is a csekit model folder, any Hugging Face encoder folder "
+        "(sentence-transformers folders included), 'all-MiniLM-L6-v2' (the embedded model), or a Hub id that is "
+        "already in the local cache. Nothing is downloaded.",
+    )
+    parser.add_argument("model", metavar="MODEL")
+    parser.add_argument("--tasks", default="sts", help=f"Comma-separated suites: {', '.join(EVALUATION_SUITES)}.")
+    parser.add_argument(
+        "--pooler",
+        default=None,
+        help="cls (encoder pooler output), cls_before_pooler, avg, avg_first_last, avg_top2. Default: the csekit "
+        "model's own, the sentence-transformers pooling of an ST folder, else cls (as SimCSE's evaluation.py).",
+    )
+    parser.add_argument("--batch-size", type=int, default=128, help="Sentences per forward pass.")
+    parser.add_argument("--max-length", type=int, default=None, help="Truncation length (default: model maximum).")
+    parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data).")
+    parser.add_argument("--output", default=None, help="Write results as JSON here.")
+    parser.set_defaults(handler=run_evaluate)
+
+
+def run_evaluate(args) -> int:
+    from .encoders import load_embedder
+
+    suites = [suite.strip() for suite in args.tasks.split(",") if suite.strip()]
+    unknown = [suite for suite in suites if suite not in EVALUATION_SUITES]
+    if unknown or not suites:
+        raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(EVALUATION_SUITES)}")
+    if args.batch_size < 1:
+        raise DataError(f"--batch-size must be >= 1, got {args.batch_size}")
+    evaluator = STSEvaluator(resolve_data_dir(args.data_dir), STS_TASKS, split="test")
+    embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size)
+    record = {**info, "sts": evaluator(embed)}
+    print(format_sts_table({args.model: record["sts"]}, title="STS (Spearman x100, SentEval 'all')"))
+    if args.output:
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="csekit", description="Contrastive sentence embeddings: evaluate and publish.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_evaluate_parser(subparsers)
+    return parser
+
+
+def main(argv=None) -> int:
+    # No code path downloads: Hub ids resolve from the local cache only.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except DataError as error:
+        print(f"csekit: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""STS evaluation with the SentEval / SimCSE "all" protocol.
+
+* STS12-STS16: Spearman correlation (x100) of cosine similarity over the concatenation of all sub-datasets of the
+  year; pairs without a gold score are skipped (SimCSE's modified SentEval, ``results[task]['all']['spearman']
+  ['all']``). Sentences are whitespace-tokenized and re-joined, as SentEval's ``s.split()`` + SimCSE's batcher do.
+* STSBenchmark and SICKRelatedness: Spearman of cosine on the test split (dev split for model selection), no
+  regressor. SICK-R test is the 4,927-pair ``SICK_test_annotated.txt``.
+
+Each unique sentence is encoded once across all tasks.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from .data import DataError
+
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+
+STS_YEAR_DATASETS = {
+    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+    "STS13": ("FNWN", "headlines", "OnWN"),
+    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+}
+SPLIT_FILES = {
+    "STSBenchmark": {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"},
+    "SICKRelatedness": {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"},
+}
+
+
+@dataclass
+class STSPairs:
+    """Sentence pairs with gold similarity scores."""
+
+    sentences1: list
+    sentences2: list
+    scores: np.ndarray
+
+
+def _normalize(sentence: str) -> str:
+    return " ".join(sentence.split())
+
+
+def _read_text(path: Path) -> list:
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (is --data-dir pointing at a folder with senteval/downstream?)")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def load_sts_year(sts_dir: Path, task: str) -> STSPairs:
+    """All scored pairs of one STS year (STS12-16), sub-datasets concatenated."""
+    folder = sts_dir / f"{task}-en-test"
+    s1, s2, scores = [], [], []
+    for name in STS_YEAR_DATASETS[task]:
+        inputs = _read_text(folder / f"STS.input.{name}.txt")
+        gold = _read_text(folder / f"STS.gs.{name}.txt")
+        if len(inputs) != len(gold):
+            raise DataError(f"{folder}/STS.input.{name}.txt: {len(inputs)} lines but gold file has {len(gold)}")
+        for number, (line, score) in enumerate(zip(inputs, gold), start=1):
+            if score.strip() == "":
+                continue
+            fields = line.split("\t")
+            if len(fields) < 2:
+                raise DataError(f"{folder}/STS.input.{name}.txt:{number}: expected two tab-separated sentences")
+            s1.append(_normalize(fields[0]))
+            s2.append(_normalize(fields[1]))
+            scores.append(float(score))
+    return STSPairs(s1, s2, np.asarray(scores))
+
+
+def load_sts_split(downstream_dir: Path, task: str, split: str) -> STSPairs:
+    """STS Benchmark (``sts-*.csv``, columns score/s1/s2 at 5/6/7) or SICK-R (header, columns 2/3/4)."""
+    if task == "STSBenchmark":
+        path, skip_header, columns = downstream_dir / "STS" / "STSBenchmark" / SPLIT_FILES[task][split], 0, (5, 6, 4)
+    else:
+        path, skip_header, columns = downstream_dir / "SICK" / SPLIT_FILES[task][split], 1, (1, 2, 3)
+    s1, s2, scores = [], [], []
+    for number, line in enumerate(_read_text(path)[skip_header:], start=1 + skip_header):
+        fields = line.strip().split("\t")
+        if len(fields) <= max(columns):
+            raise DataError(f"{path}:{number}: expected at least {max(columns) + 1} tab-separated fields")
+        s1.append(_normalize(fields[columns[0]]))
+        s2.append(_normalize(fields[columns[1]]))
+        scores.append(float(fields[columns[2]]))
+    return STSPairs(s1, s2, np.asarray(scores))
+
+
+def load_sts_task(data_dir, task: str, split: str = "test") -> STSPairs:
+    downstream = Path(data_dir) / "senteval" / "downstream"
+    if task in STS_YEAR_DATASETS:
+        if split != "test":
+            raise ValueError(f"{task} has only a test split")
+        return load_sts_year(downstream / "STS", task)
+    if task in SPLIT_FILES:
+        return load_sts_split(downstream, task, split)
+    raise ValueError(f"unknown STS task {task!r}; choose from {', '.join(STS_TASKS)}")
+
+
+def cosine_spearman(embeddings1: np.ndarray, embeddings2: np.ndarray, scores: np.ndarray) -> float:
+    """Spearman (x100) between gold scores and row-wise cosine similarities."""
+    norms = np.linalg.norm(embeddings1, axis=1) * np.linalg.norm(embeddings2, axis=1)
+    cosine = (embeddings1 * embeddings2).sum(1) / np.maximum(norms, 1e-12)
+    return float(spearmanr(cosine, scores).statistic * 100)
+
+
+class STSEvaluator:
+    """Spearman x100 of cosine similarity on STS tasks; the same code scores test sets and selects checkpoints.
+
+    Args:
+        data_dir: folder containing ``senteval/downstream``.
+        tasks: subset of :data:`STS_TASKS`.
+        split: ``"test"`` (reporting) or ``"dev"`` (STS-B dev / SICK-R trial, for model selection).
+
+    Call it with ``embed(sentences) -> (n, d) array``; it returns ``{task: score, ..., "avg": mean}``.
+    """
+
+    def __init__(self, data_dir, tasks: Sequence[str] = STS_TASKS, split: str = "test"):
+        unknown = [task for task in tasks if task not in STS_TASKS]
+        if unknown:
+            raise ValueError(f"unknown STS task(s) {', '.join(unknown)}; choose from {', '.join(STS_TASKS)}")
+        self.tasks = tuple(tasks)
+        self.split = split
+        self.pairs = {task: load_sts_task(data_dir, task, split) for task in self.tasks}
+
+    def as_dataset(self):
+        """The evaluation pairs as a ``datasets.Dataset`` (columns task, sent0, sent1, score)."""
+        from datasets import Dataset
+
+        rows = {"task": [], "sent0": [], "sent1": [], "score": []}
+        for task, pairs in self.pairs.items():
+            rows["task"] += [task] * len(pairs.scores)
+            rows["sent0"] += pairs.sentences1
+            rows["sent1"] += pairs.sentences2
+            rows["score"] += pairs.scores.tolist()
+        return Dataset.from_dict(rows)
+
+    def sentences(self) -> list:
+        unique = dict.fromkeys(s for pairs in self.pairs.values() for s in pairs.sentences1 + pairs.sentences2)
+        return list(unique)
+
+    def __call__(self, embed: Callable[[list], np.ndarray]) -> dict:
+        sentences = self.sentences()
+        vectors = np.asarray(embed(sentences), dtype=np.float64)
+        index = {sentence: row for row, sentence in enumerate(sentences)}
+        results = {}
+        for task, pairs in self.pairs.items():
+            rows1 = [index[s] for s in pairs.sentences1]
+            rows2 = [index[s] for s in pairs.sentences2]
+            results[task] = round(cosine_spearman(vectors[rows1], vectors[rows2], pairs.scores), 2)
+        results["avg"] = round(float(np.mean([results[task] for task in self.tasks])), 2)
+        return results
+
+
+def format_sts_table(results: dict, title: Optional[str] = None) -> str:
+    """A markdown table of one or more result rows: ``{row_name: {task: score}}``."""
+    columns = [key for key in list(STS_TASKS) + ["avg"] if any(key in row for row in results.values())]
+    short = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
+    lines = [] if title is None else [title, ""]
+    lines.append("| model | " + " | ".join(short.get(c, c) for c in columns) + " |")
+    lines.append("|---|" + "---:|" * len(columns))
+    for name, row in results.items():
+        lines.append(f"| {name} | " + " | ".join(f"{row[c]:.2f}" if c in row else "" for c in columns) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""Trainer extensions: combined contrastive losses with per-component logging and STS-based model selection."""
+
+from collections import defaultdict
+from typing import Optional
+
+import torch
+from transformers import Trainer
+
+from modeling.losses import info_nce_loss
+
+from .sts import STSEvaluator
+
+
+class ContrastiveTrainer(Trainer):
+    """A ``Trainer`` whose loss is a sum of named components computed by :meth:`compute_losses`.
+
+    Every component is logged separately (``loss_<name>``, averaged over the logging window and over processes)
+    next to the total ``loss``. Evaluation runs an :class:`~trainers.sts.STSEvaluator` (STS-B dev by default in
+    the recipes) instead of a loss over ``eval_dataset``, so ``metric_for_best_model="STSBenchmark"`` keeps the best
+    checkpoint by dev Spearman.
+
+    Subclasses implement ``compute_losses(model, outputs, inputs) -> {"loss": total, "<name>": component, ...}``.
+    """
+
+    # our losses are per-batch means: let Trainer divide by the accumulation steps
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, *args, sts_evaluator: Optional[STSEvaluator] = None, eval_batch_size: int = 128, **kwargs):
+        if sts_evaluator is not None and kwargs.get("eval_dataset") is None:
+            # Trainer insists on an eval_dataset for step-wise evaluation; the evaluator's pairs are that data
+            kwargs["eval_dataset"] = sts_evaluator.as_dataset()
+        super().__init__(*args, **kwargs)
+        self.sts_evaluator = sts_evaluator
+        self.eval_batch_size = eval_batch_size
+        self._component_sums = defaultdict(float)
+        self._component_count = 0
+
+    @property
+    def gather_across_processes(self) -> bool:
+        return self.accelerator.num_processes > 1
+
+    def compute_losses(self, model, outputs, inputs) -> dict:
+        raise NotImplementedError
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        losses = self.compute_losses(model, outputs, inputs)
+        if model.training:
+            for name, value in losses.items():
+                if name != "loss":
+                    self._component_sums[name] += value.detach().float()
+            self._component_count += 1
+        return (losses["loss"], outputs) if return_outputs else losses["loss"]
+
+    def log(self, logs: dict, start_time: Optional[float] = None) -> None:
+        if "loss" in logs and self._component_count:
+            names = sorted(self._component_sums)
+            means = torch.stack([torch.as_tensor(self._component_sums[n]) for n in names]) / self._component_count
+            means = self.accelerator.reduce(means.to(self.accelerator.device), reduction="mean")
+            logs.update({f"loss_{name}": float(f"{value:.6g}") for name, value in zip(names, means.tolist())})
+            self._component_sums.clear()
+            self._component_count = 0
+        super().log(logs, start_time)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        if self.sts_evaluator is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        model = self.accelerator.unwrap_model(self.model)
+        was_training = model.training
+        model.eval()
+        tokenizer = self.processing_class
+        model.tokenizer = tokenizer
+        try:
+            scores = self.sts_evaluator(
+                lambda sentences: model.encode(sentences, batch_size=self.eval_batch_size, show_progress_bar=False)
+            )
+        finally:
+            model.train(was_training)
+        metrics = {f"{metric_key_prefix}_{task}": score for task, score in scores.items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
+class SimCSETrainer(ContrastiveTrainer):
+    """SimCSE: InfoNCE between view 0 and view 1, with view 2 as hard negatives when present."""
+
+    def compute_losses(self, model, outputs, inputs) -> dict:
+        config = self.accelerator.unwrap_model(model).config
+        embeddings = outputs.embeddings  # (batch, views, hidden)
+        contrastive = info_nce_loss(
+            embeddings[:, 0],
+            embeddings[:, 1],
+            hard_negatives=embeddings[:, 2] if embeddings.shape[1] > 2 else None,
+            temperature=config.temperature,
+            hard_negative_weight=config.hard_negative_weight,
+            gather_across_processes=self.gather_across_processes,
+        )
+        return {"loss": contrastive, "contrastive": contrastive}
