@@ -7,6 +7,7 @@ batch B compute exactly the gradient of one process with the concatenated batch 
 ``tests/test_distributed.py``).
 """
 
+import math
 from typing import Optional
 
 import torch
@@ -31,9 +32,14 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def cosine_logits(anchors: torch.Tensor, candidates: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``cos(anchor_i, candidate_j) / temperature`` as ``(n_anchors, n_candidates)``, always in float32."""
-    anchors = F.normalize(anchors.float(), dim=-1)
-    candidates = F.normalize(candidates.float(), dim=-1)
+    """``cos(anchor_i, candidate_j) / temperature`` as ``(n_anchors, n_candidates)``, in float32 or wider.
+
+    bf16/fp16 embeddings are upcast: with tau = 0.05 the logits span +-20, where half precision loses the small
+    differences the gradient is made of.
+    """
+    dtype = torch.promote_types(anchors.dtype, torch.float32)
+    anchors = F.normalize(anchors.to(dtype), dim=-1)
+    candidates = F.normalize(candidates.to(dtype), dim=-1)
     return anchors @ candidates.T / temperature
 
 
@@ -62,7 +68,7 @@ def info_nce_loss(
         gather_across_processes: use the positives/hard negatives of every process as candidates (labels are
             offset by rank). The loss stays the mean over local anchors.
     Returns:
-        scalar loss (float32).
+        scalar loss (float32, or float64 for float64 inputs).
     """
     if gather_across_processes:
         rank, _ = distributed_rank_and_world()
@@ -79,3 +85,83 @@ def info_nce_loss(
         negative_logits = negative_logits + hard_negative_weight * own_hard_negative
         logits = torch.cat([logits, negative_logits], dim=1)
     return F.cross_entropy(logits, labels)
+
+
+def nt_xent_loss(first: torch.Tensor, second: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
+    r"""NT-Xent over ``2m`` sentences (SimCLR; CLSR eq. 1).
+
+    .. math:: \ell_{a,b} = -\log \frac{e^{\cos(v_a, v_b)/\tau}}{\sum_{i=1}^{2m} [i \neq a]\, e^{\cos(v_a, v_i)/\tau}}
+
+    Every one of the ``2m`` sentences is an anchor once: its positive is its pair partner, the other ``2m - 2``
+    sentences are negatives, and its similarity to itself is excluded. Both ``(a, b)`` and ``(b, a)`` count.
+
+    Args:
+        first: ``(m, d)``; ``first[i]`` and ``second[i]`` are a positive pair.
+        second: ``(m, d)``.
+        temperature: tau.
+    Returns:
+        scalar loss (float32), the mean of the ``2m`` terms.
+    """
+    if first.shape != second.shape or first.dim() != 2:
+        raise ValueError(f"nt_xent_loss needs two (m, d) tensors of one shape, got {tuple(first.shape)} and "
+                         f"{tuple(second.shape)}")
+    pairs = first.shape[0]
+    embeddings = torch.cat([first, second])
+    logits = cosine_logits(embeddings, embeddings, temperature)
+    self_similarity = torch.eye(2 * pairs, dtype=torch.bool, device=logits.device)
+    logits = logits.masked_fill(self_similarity, float("-inf"))
+    index = torch.arange(pairs, device=logits.device)
+    labels = torch.cat([index + pairs, index])
+    return F.cross_entropy(logits, labels)
+
+
+def multi_positive_info_nce_terms(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    temperature: float = 0.05,
+    gather_across_processes: bool = False,
+) -> torch.Tensor:
+    r"""Per-anchor, per-positive InfoNCE terms of WhitenedCSE (Zhuo et al., 2023, eq. 7-8).
+
+    .. math:: \ell_{i,p} = -\log \frac{e^{\cos(h_i, h_{i,p}^+)/\tau}}{\sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}}
+
+    Positive ``p`` of anchor ``i`` competes with the ``p``-th positives of the other sentences (in-batch negatives,
+    gathered across processes like :func:`info_nce_loss`).
+
+    Args:
+        anchors: ``(B, H)``.
+        positives: ``(B, m, H)``; ``positives[i, p]`` is the ``p``-th positive of ``anchors[i]``.
+    Returns:
+        ``(B, m)`` float32 losses ``ℓ_{i,p}``; combine them with :func:`multi_positive_l1_loss` or
+        :func:`multi_positive_l2_loss`.
+    """
+    if gather_across_processes:
+        rank, _ = distributed_rank_and_world()
+        positives = gather_with_grad(positives)
+    else:
+        rank = 0
+    batch, num_positives = anchors.shape[0], positives.shape[1]
+    anchors = F.normalize(anchors.float(), dim=-1)
+    candidates = F.normalize(positives.float(), dim=-1).transpose(0, 1)  # (m, N, H)
+    logits = torch.einsum("bh,mnh->mbn", anchors, candidates) / temperature
+    labels = (torch.arange(batch, device=anchors.device) + rank * batch).repeat(num_positives)
+    terms = F.cross_entropy(logits.reshape(num_positives * batch, -1), labels, reduction="none")
+    return terms.reshape(num_positives, batch).T
+
+
+def multi_positive_l1_loss(terms: torch.Tensor, positive_weight: float = 1.0) -> torch.Tensor:
+    r"""WhitenedCSE eq. 7 ("L1"): :math:`\lambda_m \sum_p \ell_{i,p}`, averaged over anchors. ``terms``: ``(B, m)``."""
+    return positive_weight * terms.sum(dim=1).mean()
+
+
+def multi_positive_l2_loss(terms: torch.Tensor, positive_weight: float = 1.0) -> torch.Tensor:
+    r"""WhitenedCSE eq. 8 ("L2"), sum inside the log with the paper's negative sign on the positive similarity:
+
+    .. math:: \log \sum_p \lambda_m\, e^{-\cos(h_i, h_{i,p}^+)/\tau} \sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}
+              = \log \sum_p \lambda_m\, e^{\ell_{i,p}}
+
+    averaged over anchors: a soft maximum of the per-positive losses, dominated by the least similar positive.
+    (Eq. 8 as printed divides by the candidate sum and negates the log, which rewards pushing positives apart.)
+    ``terms``: ``(B, m)``.
+    """
+    return (torch.logsumexp(terms, dim=1) + math.log(positive_weight)).mean()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import yaml
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
 from .collators import ContrastiveCollator
@@ -137,8 +138,10 @@ def run_recipe(
 
 
 def main_guard(main: Callable) -> None:
-    """Run a recipe's ``main``; bad input ends with its one-line message instead of a traceback."""
+    """Run a recipe's ``main``; bad input or an invalid model config ends with one line instead of a traceback."""
     try:
         main()
     except DataError as error:
         sys.exit(f"error: {error}")
+    except StrictDataclassError as error:  # config validators: report their own message
+        sys.exit(f"error: invalid model configuration: {error.__cause__ or error}")

@@ -1,0 +1,319 @@
+"""CLSR: NT-Xent (eq. 1), frozen encoder, embedding cache, LARS, data guards, save/load round trips."""
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
+from transformers import AutoModel
+
+from modeling import CLSRConfig, CLSRModel, nt_xent_loss
+from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
+from trainers.clsr import (
+    CachedSTSEvaluator,
+    CLSRTrainer,
+    CLSRTrainingArguments,
+    assert_disjoint_from_test,
+    build_pair_corpus,
+    load_positive_pairs,
+    normalize_sentence,
+)
+from trainers.data import DataError
+from trainers.embedding_cache import EmbeddingCache
+from trainers.lars import LARS, lars_param_groups
+from trainers.sts import STSEvaluator
+
+SENTENCES = [f"sentence number {i} about a {animal} that {verb} ." for i, (animal, verb) in enumerate(
+    [(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]
+
+
+def tiny_clsr(tokenizer, **config_kwargs) -> CLSRModel:
+    model = CLSRModel(CLSRConfig(encoder_config=tiny_bert_config().to_dict(), **config_kwargs))
+    model.tokenizer = tokenizer
+    return model
+
+
+# ------------------------------------------------------------------------------------------------- loss (eq. 1)
+def direct_eq1(first: torch.Tensor, second: torch.Tensor, tau: float, exclude_self: bool = True,
+               anchors=None) -> float:
+    """Eq. 1 written out: each anchor's positive is its partner, the indicator drops the anchor itself."""
+    vectors = torch.cat([first, second]).double()
+    m = first.shape[0]
+    anchors = range(2 * m) if anchors is None else anchors
+    total = 0.0
+    for a in anchors:
+        b = a + m if a < m else a - m
+        sim = lambda i: torch.nn.functional.cosine_similarity(vectors[a], vectors[i], dim=0).item() / tau  # noqa: E731
+        denominator = sum(math.exp(sim(i)) for i in range(2 * m) if i != a or not exclude_self)
+        total += -math.log(math.exp(sim(b)) / denominator)
+    return total / len(anchors)
+
+
+def test_nt_xent_matches_direct_formula():
+    first, second = torch.randn(5, 7), torch.randn(5, 7)
+    loss = nt_xent_loss(first, second, temperature=0.1).item()
+    assert loss == pytest.approx(direct_eq1(first, second, 0.1), rel=1e-5)
+    # the indicator matters: keeping cos(v_a, v_a) / tau in the denominator gives a different value
+    assert abs(loss - direct_eq1(first, second, 0.1, exclude_self=False)) > 1e-2
+    # both directions: the mean of the (a, b) terms and the (b, a) terms, not either one alone
+    forward, backward = direct_eq1(first, second, 0.1, anchors=range(5)), direct_eq1(first, second, 0.1,
+                                                                                    anchors=range(5, 10))
+    assert loss == pytest.approx((forward + backward) / 2, rel=1e-5)
+    assert abs(loss - forward) > 1e-3 and abs(loss - backward) > 1e-3
+    assert nt_xent_loss(second, first, 0.1).item() == pytest.approx(loss, rel=1e-6)
+
+
+def test_nt_xent_self_similarity_is_excluded():
+    """With identical pairs far apart, the loss tends to 0 only if an anchor's own logit is not in its softmax."""
+    base = torch.eye(4) * 10
+    assert nt_xent_loss(base, base.clone(), temperature=0.01).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_nt_xent_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="one shape"):
+        nt_xent_loss(torch.randn(4, 3), torch.randn(5, 3))
+
+
+# --------------------------------------------------------------------------------------------------- model
+def test_config_validation():
+    with pytest.raises(StrictDataclassClassValidationError, match="temperature"):
+        CLSRConfig(encoder_config=tiny_bert_config().to_dict(), temperature=0.0)
+    with pytest.raises(StrictDataclassClassValidationError, match="mlp_hidden_size"):
+        CLSRConfig(encoder_config=tiny_bert_config().to_dict(), mlp_hidden_size=0)
+
+
+def test_encoder_frozen_and_in_eval_mode(tokenizer):
+    model = tiny_clsr(tokenizer, mlp_hidden_size=16, representation_size=8)
+    assert not any(module.training for module in model.encoder.modules())  # no dropout, even when just built
+    model.train()
+    assert not any(module.training for module in model.encoder.modules()) and model.mlp.training
+    assert not any(p.requires_grad for p in model.encoder.parameters())
+    batch = tokenizer(SENTENCES[:4], padding=True, return_tensors="pt")
+    output = model(**batch)
+    assert output.pooled.shape == (4, 32) and output.embeddings.shape == (4, 8)
+    output.embeddings.sum().backward()
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert all(p.grad is not None for p in model.mlp.parameters())
+
+
+def test_training_leaves_encoder_bit_identical(tokenizer, tmp_path):
+    model = tiny_clsr(tokenizer)
+    before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    mlp_before = {k: v.clone() for k, v in model.mlp.state_dict().items()}
+    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=set())
+    vectors = EmbeddingCache(tmp_path).get(model, corpus.sentences).vectors
+    args = CLSRTrainingArguments(output_dir=str(tmp_path), num_train_epochs=4, per_device_train_batch_size=4,
+                                 warmup_epochs=1, eval_epochs=2)
+    summary = CLSRTrainer(model, args, vectors, corpus, held_out=set()).train()
+    assert summary["steps"] == 8 and len(summary["history"]) == 2
+    after = model.encoder.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert any(not torch.equal(mlp_before[k], v) for k, v in model.mlp.state_dict().items())
+
+
+def test_trainer_keeps_best_dev_state(tokenizer, tmp_path, data_dir):
+    model = tiny_clsr(tokenizer)
+    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=set())
+    cache = EmbeddingCache(tmp_path)
+    dev = STSEvaluator(data_dir, ("STSBenchmark",), split="dev")
+    dev.pairs["STSBenchmark"].sentences1 = dev.pairs["STSBenchmark"].sentences1[:40]  # small and fast
+    dev.pairs["STSBenchmark"].sentences2 = dev.pairs["STSBenchmark"].sentences2[:40]
+    dev.pairs["STSBenchmark"].scores = dev.pairs["STSBenchmark"].scores[:40]
+    dev_evaluator = CachedSTSEvaluator(dev, cache.get(model, dev.sentences()).vectors)
+    args = CLSRTrainingArguments(num_train_epochs=6, per_device_train_batch_size=4, warmup_epochs=1, eval_epochs=2)
+    summary = CLSRTrainer(model, args, cache.get(model, corpus.sentences).vectors, corpus, set(), dev_evaluator).train()
+    scores = [record["dev_STSBenchmark"] for record in summary["history"]]
+    assert summary["best_dev_STSBenchmark"] == max(scores)
+    # the restored e reproduces the best score, and e(cached vectors) is what the saved model's encode returns
+    assert dev_evaluator(model.mlp)["STSBenchmark"] == pytest.approx(max(scores), abs=0.01)
+    with torch.no_grad():
+        cached_path = model.mlp(dev_evaluator.pooled[:10])
+    torch.testing.assert_close(model.encode(dev.sentences()[:10], convert_to_numpy=False), cached_path,
+                               atol=1e-5, rtol=1e-4)
+
+
+def test_trainer_rejects_too_few_pairs(tokenizer, tmp_path):
+    model = tiny_clsr(tokenizer)
+    corpus = build_pair_corpus(SENTENCES[:2], SENTENCES[2:4], held_out=set())
+    vectors = torch.zeros(len(corpus.sentences), 32)
+    with pytest.raises(DataError, match="fewer than one batch"):
+        CLSRTrainer(model, CLSRTrainingArguments(per_device_train_batch_size=8), vectors, corpus, set())
+
+
+def test_save_load_round_trip(tokenizer, tmp_path):
+    model = tiny_clsr(tokenizer).eval()
+    torch.nn.init.normal_(model.mlp.dense_out.weight)
+    expected = model.encode(SENTENCES[:3])
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(loaded, CLSRModel)
+    assert not any(p.requires_grad for p in loaded.encoder.parameters())
+    np.testing.assert_allclose(loaded.encode(SENTENCES[:3]), expected, atol=1e-6)
+    # the training-only projection head is not part of the saved model
+    assert not any("projection" in key for key in loaded.state_dict())
+
+
+def test_trust_remote_code_round_trip(tokenizer, tmp_path):
+    model = tiny_clsr(tokenizer).eval()
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    np.save(tmp_path / "expected.npy", model.encode(SENTENCES[:3]))
+    code = (
+        "import numpy as np\n"
+        "from transformers import AutoModel, AutoTokenizer\n"
+        f"path = {str(tmp_path)!r}\n"
+        "model = AutoModel.from_pretrained(path, trust_remote_code=True).eval()\n"
+        "tok = AutoTokenizer.from_pretrained(path)\n"
+        f"batch = tok({SENTENCES[:3]!r}, padding=True, return_tensors='pt')\n"
+        "vectors = model(**batch).embeddings.detach().numpy()\n"
+        "np.testing.assert_allclose(vectors, np.load(path + '/expected.npy'), atol=1e-5)\n"
+        "print(type(model).__name__)\n"
+    )
+    result = run_isolated_python(code, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("CLSRModel")
+
+
+# ---------------------------------------------------------------------------------------------- embedding cache
+def test_cache_hit_matches_fresh_pooling(tokenizer, tmp_path):
+    model = tiny_clsr(tokenizer)
+    cache = EmbeddingCache(tmp_path)
+    first = cache.get(model, SENTENCES)
+    tokenizer(SENTENCES[:2], truncation=True, max_length=5, padding="max_length")  # tokenizer state changes...
+    second = cache.get(model, SENTENCES)  # ...but the model fingerprint does not
+    assert (first.status, second.status) == ("built", "hit")
+    assert torch.equal(first.vectors, second.vectors)
+    torch.testing.assert_close(second.vectors, model.encode_pooled(SENTENCES))
+
+
+def test_cache_invalidated_by_model_pooling_and_data_change(tokenizer, tmp_path):
+    model = tiny_clsr(tokenizer)
+    cache = EmbeddingCache(tmp_path)
+    original = cache.get(model, SENTENCES)
+    with torch.no_grad():
+        model.encoder.embeddings.word_embeddings.weight[:] += 0.5  # a different model, same architecture
+    changed_model = cache.get(model, SENTENCES)
+    assert changed_model.status == "built" and changed_model.path != original.path
+    assert not torch.allclose(changed_model.vectors, original.vectors)
+    torch.testing.assert_close(changed_model.vectors, model.encode_pooled(SENTENCES))
+    cls_model = tiny_clsr(tokenizer, pooler_type="cls_before_pooler")
+    cls_model.load_state_dict(model.state_dict())
+    assert cache.get(cls_model, SENTENCES).path != changed_model.path
+    changed_data = cache.get(model, SENTENCES[:-1] + ["a different last sentence ."])
+    assert changed_data.status == "built" and changed_data.path != changed_model.path
+
+
+def test_cache_rebuilds_truncated_corrupt_and_foreign_files(tokenizer, tmp_path):
+    model = tiny_clsr(tokenizer)
+    cache = EmbeddingCache(tmp_path)
+    entry = cache.get(model, SENTENCES)
+    good = entry.path.read_bytes()
+
+    entry.path.write_bytes(good[: len(good) // 2])  # truncated
+    rebuilt = cache.get(model, SENTENCES)
+    assert rebuilt.status.startswith("rebuilt (unreadable")
+    torch.testing.assert_close(rebuilt.vectors, entry.vectors)
+    assert cache.get(model, SENTENCES).status == "hit"  # the rebuilt file is valid again
+
+    corrupt = bytearray(good)
+    corrupt[-5] ^= 0xFF  # flip bits inside the tensor data
+    entry.path.write_bytes(bytes(corrupt))
+    assert cache.get(model, SENTENCES).status == "rebuilt (checksum mismatch)"
+
+    other = cache.get(model, SENTENCES[:8])  # a valid entry for other data, copied over this one
+    shutil.copy(other.path, entry.path)
+    assert cache.get(model, SENTENCES).status == "rebuilt (data_fingerprint differs)"
+    assert not list(tmp_path.glob("*.tmp"))  # nothing half-written left behind
+
+
+# ------------------------------------------------------------------------------------------------------ LARS
+def test_lars_step_uses_trust_ratio_and_skips_biases():
+    weight = torch.nn.Parameter(torch.tensor([[3.0, 4.0]]))  # ||w|| = 5
+    bias = torch.nn.Parameter(torch.tensor([1.0]))
+    module = torch.nn.Module()
+    module.weight, module.bias = weight, bias
+    optimizer = LARS(lars_param_groups(module, weight_decay=0.1), lr=0.5, momentum=0.0, trust_coefficient=0.01)
+    weight.grad = torch.tensor([[0.0, 1.0]])
+    bias.grad = torch.tensor([2.0])
+    optimizer.step()
+    grad = torch.tensor([[0.3, 1.4]])  # grad + 0.1 * w
+    ratio = 0.01 * 5.0 / grad.norm()
+    torch.testing.assert_close(weight.data, torch.tensor([[3.0, 4.0]]) - 0.5 * ratio * grad)
+    torch.testing.assert_close(bias.data, torch.tensor([0.0]))  # plain SGD: 1 - 0.5 * 2, no decay, no ratio
+
+
+def test_lars_update_is_invariant_to_gradient_scale_and_handles_zero_norms():
+    updates = []
+    for scale in (1.0, 1000.0):
+        weight = torch.nn.Parameter(torch.ones(3, 3))
+        optimizer = LARS([weight], lr=1.0, momentum=0.0)
+        weight.grad = torch.full((3, 3), scale)
+        optimizer.step()
+        updates.append(weight.data.clone())
+    torch.testing.assert_close(updates[0], updates[1])
+    zero = torch.nn.Parameter(torch.zeros(2, 2))
+    optimizer = LARS([zero], lr=0.1, momentum=0.0)
+    zero.grad = torch.ones(2, 2)
+    optimizer.step()  # ||w|| = 0: ratio 1, no NaN
+    torch.testing.assert_close(zero.data, torch.full((2, 2), -0.1))
+
+
+def test_lars_momentum_accumulates():
+    weight = torch.nn.Parameter(torch.tensor([[1.0]]))
+    optimizer = LARS([{"params": [weight], "layer_adaptation": False}], lr=0.1, momentum=0.9)
+    for _ in range(2):
+        weight.grad = torch.tensor([[1.0]])
+        optimizer.step()
+    torch.testing.assert_close(weight.data, torch.tensor([[1.0 - 0.1 - (0.9 * 0.1 + 0.1)]]))
+
+
+def test_lars_rejects_bad_hyperparameters():
+    with pytest.raises(ValueError, match="momentum"):
+        LARS([torch.nn.Parameter(torch.ones(1))], lr=0.1, momentum=1.5)
+
+
+# ------------------------------------------------------------------------------------------------------ data
+def test_bundled_positive_pairs(data_dir):
+    first, second = load_positive_pairs("stsb", data_dir)
+    assert len(first) == len(second) == 1052  # STS-B train pairs scored above 4
+    first, second = load_positive_pairs("nli", data_dir)
+    assert len(first) == 6697  # SNLI dev+test entailment pairs
+    with pytest.raises(DataError, match="use one of"):
+        load_positive_pairs("wiki", data_dir)
+
+
+def test_csv_pairs_and_held_out_filtering(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_text("sent0,sent1\nA dog runs .,A dog is running .\nA cat sleeps .,The cat is asleep .\n")
+    first, second = load_positive_pairs(str(path))
+    held_out = {normalize_sentence("a  CAT sleeps .")}
+    corpus = build_pair_corpus(first, second, held_out)
+    assert corpus.dropped == 1 and corpus.pairs.tolist() == [[0, 1]]
+    assert_disjoint_from_test(corpus.sentences, held_out)
+    with pytest.raises(DataError, match="STS-B test / SICK-R test"):
+        assert_disjoint_from_test(first + second, held_out)
+
+
+def test_trainer_refuses_test_sentences(tokenizer):
+    model = tiny_clsr(tokenizer)
+    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=set())
+    trainer = CLSRTrainer(model, CLSRTrainingArguments(per_device_train_batch_size=4), torch.zeros(16, 32), corpus,
+                          held_out={normalize_sentence(SENTENCES[3])})
+    with pytest.raises(DataError, match="STS-B test / SICK-R test"):
+        trainer.train()
+
+
+def test_recipe_help_lists_flags():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "recipes/clsr.py", "--help"], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0
+    for flag in ("--train_data", "--pooler_type", "--per_device_train_batch_size", "--num_train_epochs",
+                 "--random_init", "--cache_dir"):
+        assert flag in result.stdout

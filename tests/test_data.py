@@ -1,0 +1,102 @@
+"""Bad input: one clear line naming the file (and line), and nothing half-written."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+from trainers.collators import ContrastiveCollator
+from trainers.data import DataError, load_training_dataset, read_pairs, read_sentences, resolve_data_dir
+
+
+def write(path, content: bytes):
+    path.write_bytes(content)
+    return path
+
+
+def test_blank_lines_are_skipped_and_counted(tmp_path, caplog):
+    path = write(tmp_path / "c.txt", b"first\n\n  \nsecond\r\n")
+    assert read_sentences(path) == ["first", "second"]
+    assert "skipped 2 blank line(s)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"", "no sentences"), (b"\n \n", "no sentences"), (b"ok\nbad \xff byte\n", r"c\.txt:2: not valid UTF-8")],
+)
+def test_bad_sentence_files(tmp_path, content, message):
+    with pytest.raises(DataError, match=message):
+        read_sentences(write(tmp_path / "c.txt", content))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        read_sentences(tmp_path / "nope.txt")
+
+
+def test_pairs_with_hard_negatives(tmp_path):
+    path = write(tmp_path / "p.csv", b'sent0,sent1,hard_neg\n"a, quoted",b,c\nd,e,f\n')
+    assert read_pairs(path) == {"sent0": ["a, quoted", "d"], "sent1": ["b", "e"], "hard_neg": ["c", "f"]}
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"premise,hypothesis\na,b\n", r"p\.csv:1: header"), (b"sent0,sent1\na,b\nc\n", r"p\.csv:3: 1 field"),
+     (b"sent0,sent1\na,\n", r"p\.csv:2: empty sent1"), (b"sent0,sent1\n", "header only"), (b"", "empty file")],
+)
+def test_bad_pair_files(tmp_path, content, message):
+    with pytest.raises(DataError, match=message):
+        read_pairs(write(tmp_path / "p.csv", content))
+
+
+def test_fewer_sentences_than_one_batch(tmp_path):
+    path = write(tmp_path / "c.txt", b"one\ntwo\nthree\n")
+    with pytest.raises(DataError, match="3 example.*fewer than one batch of 4"):
+        load_training_dataset(path, min_examples=4)
+
+
+def test_explicit_data_dir_must_exist(tmp_path):
+    with pytest.raises(DataError, match="no data folder"):
+        resolve_data_dir(str(tmp_path / "missing"))
+
+
+def test_collator_shapes_unsupervised_and_supervised(tokenizer):
+    collator = ContrastiveCollator(tokenizer, max_length=8)
+    unsup = collator([{"sent0": "a b c"}, {"sent0": "d e f g h i j k l m"}])
+    assert unsup["input_ids"].shape == (2, 2, 8)
+    assert (unsup["input_ids"][:, 0] == unsup["input_ids"][:, 1]).all()
+    sup = collator([{"sent0": "a", "sent1": "b", "hard_neg": "c"}] * 3)
+    assert sup["input_ids"].shape[:2] == (3, 3)
+    decoded = tokenizer.decode(sup["input_ids"][0, 2], skip_special_tokens=True)
+    assert decoded == "c"
+
+
+def run_recipe_cli(*args, cwd):
+    return subprocess.run([sys.executable, str(REPO_ROOT / "recipes" / "simcse.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        (lambda d: write(d / "c.txt", b"ok\n\xfe\n"), ["--train_file", "c.txt"], "c.txt:2: not valid UTF-8"),
+        (lambda d: None, ["--train_file", "missing.txt"], "missing.txt: no such file"),
+        (lambda d: write(d / "c.txt", b"a\nb\n"), ["--train_file", "c.txt"], "fewer than one batch of 64"),
+        (lambda d: write(d / "p.csv", b"x,y\n1,2\n"), ["--train_file", "p.csv"], "p.csv:1: header"),
+        (lambda d: write(d / "c.txt", b"a\n" * 70), ["--train_file", "c.txt", "--pooler_type", "mean"],
+         "invalid model configuration: unknown pooler_type 'mean'"),
+        (lambda d: (d / "empty_model").mkdir(), ["--train_file", "c.txt", "--model_name_or_path", "empty_model"],
+         "empty_model: model folder has no weights"),
+    ],
+)
+def test_recipe_reports_bad_input_in_one_line_and_writes_nothing(tmp_path, setup, args, message):
+    setup(tmp_path)
+    if not (tmp_path / "c.txt").exists():
+        write(tmp_path / "c.txt", b"a\n" * 70)
+    defaults = ["--model_name_or_path", "all-MiniLM-L6-v2", "--output_dir", "out"]
+    result = run_recipe_cli(*defaults, *args, cwd=tmp_path)
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("error: ") and message in last_line, result.stderr[-2000:]
+    assert not (tmp_path / "out").exists()

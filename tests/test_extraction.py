@@ -1,0 +1,265 @@
+"""Training-free extraction: post-processing, idf, biases, prompts, static models, the cached grid, and the CLI."""
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+from transformers import AutoModel, PreTrainedTokenizerFast
+
+from modeling.pooling import pool
+from tests.conftest import tiny_bert_config
+from trainers.cli import main
+from trainers.data import DataError
+from trainers.extraction import (
+    ExtractionSetting, Extractor, HiddenStateCache, TransformerSource, read_reference_corpus, resolve_layers,
+)
+from trainers.idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
+from trainers.postprocessing import parse_postprocessing
+from trainers.prompts import TEMPLATES, mask_token_weights, resolve_template
+from trainers.static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
+
+SENTENCES = [
+    "a man is playing a guitar .",
+    "a woman is slicing an onion .",
+    "the kids are running outside in the sunshine .",
+    "stock markets fell sharply on tuesday .",
+    "a dog jumps over the fence .",
+    "two men are playing chess in the park .",
+]
+
+
+def post(spec, x, reference=None):
+    return parse_postprocessing(spec).fit_transform(x, reference)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(0).normal(size=(200, 6)) @ np.random.default_rng(1).normal(size=(6, 6)) + 3.0
+
+
+# --------------------------------------------------------------------------------------------- post-processing
+def test_zscore_matches_numpy(data):
+    np.testing.assert_allclose(post("zscore", data), (data - data.mean(0)) / data.std(0), atol=1e-10)
+
+
+def test_zscore_fitted_on_reference(data):
+    reference = data[:50] * 2 + 1
+    expected = (data - reference.mean(0)) / reference.std(0)
+    np.testing.assert_allclose(post("zscore^W", data, reference), expected, atol=1e-10)
+
+
+def test_quantile_uniform_is_rank_over_n_minus_one(data):
+    ranks = data.argsort(0).argsort(0) / (len(data) - 1)
+    with pytest.warns(UserWarning, match="n_quantiles"):  # 1000 quantiles requested, 200 samples
+        np.testing.assert_allclose(post("quantile-u", data), ranks, atol=1e-7)
+
+
+def test_whitening_identity_covariance_and_mahalanobis(data):
+    white = post("whiten", data)
+    np.testing.assert_allclose(np.cov(white, rowvar=False, bias=True), np.eye(6), atol=1e-8)
+    precision = np.linalg.inv(np.cov(data, rowvar=False, bias=True))
+    difference = data[0] - data[1]
+    np.testing.assert_allclose(((white[0] - white[1]) ** 2).sum(), difference @ precision @ difference, rtol=1e-8)
+
+
+def test_abtt_removes_top_components(data):
+    centred = data - data.mean(0)
+    top = np.linalg.svd(centred, full_matrices=False)[2][:2]
+    np.testing.assert_allclose(post("abtt-2", data), centred - centred @ top.T @ top, atol=1e-8)
+
+
+def test_normalize_and_chain_order(data):
+    np.testing.assert_allclose(post("normalize", data), data / np.linalg.norm(data, axis=1, keepdims=True))
+    chained = post("zscore+normalize", data)
+    z = (data - data.mean(0)) / data.std(0)
+    np.testing.assert_allclose(chained, z / np.linalg.norm(z, axis=1, keepdims=True), atol=1e-10)
+    assert str(parse_postprocessing("quantile-u^W+normalize")) == "quantile-u^W+normalize"
+    np.testing.assert_array_equal(post("none", data), data)
+
+
+@pytest.mark.parametrize("spec", ["foo", "abtt-0", "abtt-x", "whiten^X", "zscore+"])
+def test_bad_postprocessing_rejected(spec):
+    with pytest.raises(DataError, match="post-processing step"):
+        parse_postprocessing(spec)
+
+
+def test_reference_step_needs_reference(data):
+    with pytest.raises(DataError, match="reference"):
+        post("whiten^W", data)
+
+
+# --------------------------------------------------------------------------------------------- idf and biases
+def test_idf_formula_and_unseen_tokens():
+    idf = inverse_document_frequency([[1, 2, 2], [1, 3], [1, 2]], vocab_size=5)
+    np.testing.assert_allclose(idf, np.log([3 / 1, 3 / 3, 3 / 2, 3 / 1, 3 / 1]), rtol=1e-6)
+
+
+def test_idf_weights_sum_to_one(tokenizer):
+    ids = tokenize_ids(tokenizer, SENTENCES)
+    table = torch.from_numpy(inverse_document_frequency(ids, len(tokenizer)))
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    weights = normalized_token_weights(batch["input_ids"], batch["attention_mask"], table)
+    torch.testing.assert_close(weights.sum(1), torch.ones(len(SENTENCES)))
+    assert float(weights[batch["attention_mask"] == 0].abs().sum()) == 0.0
+    # [CLS]/[SEP] occur in every text: idf 0
+    assert float(weights[:, 0].abs().sum()) == 0.0
+
+
+def test_bias_table(tokenizer):
+    keep = bias_token_table(tokenizer, tokenize_ids(tokenizer, SENTENCES * 3), top_frequent=3)  # ".", "a", "the"
+    vocab = tokenizer.get_vocab()
+    for dropped in ("[CLS]", "[SEP]", ",", ".", "##ing", "a", "the"):
+        assert keep[vocab[dropped]] == 0, dropped
+    for kept in ("guitar", "onion", "fence", "is"):
+        assert keep[vocab[kept]] == 1, kept
+
+
+# --------------------------------------------------------------------------------------------- prompts
+def test_template_places_sentence_and_masks(tokenizer):
+    template = resolve_template("T4")
+    text = template.fill(["a man plays"], tokenizer.mask_token)[0]
+    assert text == 'This sentence from the dictionary: "a man plays" means "[MASK]" and is about [MASK], which is a synonym for [MASK].'
+    prefix_ids = tokenizer('This sentence from the dictionary: "', add_special_tokens=False)["input_ids"]
+    sentence_ids = tokenizer("a man plays", add_special_tokens=False)["input_ids"]
+    ids = tokenizer(text)["input_ids"]
+    start = 1 + len(prefix_ids)
+    assert ids[start : start + len(sentence_ids)] == sentence_ids
+    weights = mask_token_weights(torch.tensor([ids]), tokenizer, template.mask_count)
+    assert weights.sum() == 3 and all(ids[i] == tokenizer.mask_token_id for i in weights[0].nonzero()[:, 0])
+
+
+def tiny_roberta_tokenizer():
+    """A byte-level BPE tokenizer with RoBERTa's special tokens, trained in code (no RoBERTa files offline)."""
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    backend.train_from_iterator(SENTENCES + list(TEMPLATES.values()), trainer)
+    backend.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+        mask_token="<mask>",
+    )
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_mask_positions_bert_and_roberta(tokenizer, name):
+    template = resolve_template(name)
+    for tok in (tokenizer, tiny_roberta_tokenizer()):
+        texts = template.fill(SENTENCES[:2], tok.mask_token)
+        assert all(tok.mask_token in t and SENTENCES[i] in t for i, t in enumerate(texts))
+        batch = tok(texts, padding=True, return_tensors="pt")
+        weights = mask_token_weights(batch["input_ids"], tok, template.mask_count)
+        assert weights.sum(1).tolist() == [template.mask_count] * 2
+
+
+def test_truncated_template_and_bad_template_rejected(tokenizer):
+    template = resolve_template("T0")
+    batch = tokenizer(template.fill([SENTENCES[2]], tokenizer.mask_token), truncation=True, max_length=6, return_tensors="pt")
+    with pytest.raises(DataError, match="truncated"):
+        mask_token_weights(batch["input_ids"], tokenizer, template.mask_count)
+    with pytest.raises(DataError, match="template"):
+        resolve_template("T9")
+    assert resolve_template("none") is None
+
+
+# --------------------------------------------------------------------------------------------- extraction
+@pytest.fixture(scope="module")
+def tiny_source(tokenizer):
+    torch.manual_seed(0)
+    return TransformerSource("tiny", AutoModel.from_config(tiny_bert_config()), tokenizer)
+
+
+def make_extractor():
+    return Extractor(SENTENCES[::-1], HiddenStateCache(), batch_size=4)
+
+
+def test_avg_matches_model_pooling_and_cache_reuses_states(tiny_source, tokenizer):
+    extractor = make_extractor()
+    settings = [ExtractionSetting("first_last", "none", agg, parse_postprocessing(pp))
+                for agg in ("avg", "idf-t", "idf-w", "no-biases") for pp in ("none", "zscore", "whiten")]
+    vectors = {(s.aggregation, str(s.postprocessing)): extractor.embed(tiny_source, SENTENCES, s) for s in settings}
+    assert extractor.cache.encodings == 1  # one encoding pass for 12 cells
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        outputs = tiny_source.model(**batch, output_hidden_states=True)
+    expected = pool("avg_first_last", [1, 2], outputs.hidden_states, batch["attention_mask"])
+    np.testing.assert_allclose(vectors[("avg", "none")], expected.numpy(), atol=1e-5)
+    # idf-t: same states, weights log(N/df) normalised
+    ids = tokenize_ids(tokenizer, SENTENCES)
+    table = torch.from_numpy(inverse_document_frequency(ids, len(tokenizer)))
+    weights = normalized_token_weights(batch["input_ids"], batch["attention_mask"], table)
+    states = (outputs.hidden_states[1] + outputs.hidden_states[2]) / 2
+    np.testing.assert_allclose(vectors[("idf-t", "none")], (states * weights[..., None]).sum(1).numpy(), atol=1e-5)
+
+
+def test_mask_aggregation_reads_mask_states(tiny_source, tokenizer):
+    extractor = make_extractor()
+    vectors = extractor.embed(tiny_source, SENTENCES[:2], ExtractionSetting("last", "T0", "mask"))
+    text = resolve_template("T0").fill(SENTENCES[:1], tokenizer.mask_token)
+    batch = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        last = tiny_source.model(**batch).last_hidden_state[0]
+    position = int((batch["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0, 0])
+    np.testing.assert_allclose(vectors[0], last[position].numpy(), atol=1e-5)
+    with pytest.raises(DataError, match="template"):
+        ExtractionSetting("last", "none", "mask").validate()
+
+
+def test_random_embeddings_seeded_and_averaged(tokenizer):
+    source = RandomEmbeddingSource(tokenizer, seed=7)
+    assert source.table.shape == (len(tokenizer), 768)
+    assert abs(float(source.table.std()) - 0.1) < 1e-3
+    torch.testing.assert_close(source.table, RandomEmbeddingSource(tokenizer, seed=7).table)
+    vectors = make_extractor().embed(source, SENTENCES[:1], ExtractionSetting("-", "none", "avg"))
+    ids = tokenizer(SENTENCES[:1])["input_ids"][0]
+    np.testing.assert_allclose(vectors[0], source.table[ids].mean(0).numpy(), atol=1e-6)
+
+
+def test_averaged_static_and_mixing(tiny_source, tokenizer):
+    static = AveragedStaticSource(tiny_source, SENTENCES, batch_size=4)
+    table = static.table([2])
+    guitar = tokenizer.convert_tokens_to_ids("guitar")
+    batch = tokenizer(SENTENCES[:1], return_tensors="pt")
+    with torch.no_grad():
+        states = tiny_source.model(**batch).last_hidden_state[0]
+    position = batch["input_ids"][0].tolist().index(guitar)  # "guitar" occurs once in the corpus
+    torch.testing.assert_close(table[guitar], states[position], atol=1e-5, rtol=1e-5)
+    extractor = make_extractor()
+    setting = ExtractionSetting("last", "none", "avg")
+    base = extractor.embed(tiny_source, SENTENCES, setting)
+    averaged = extractor.embed(static, SENTENCES, setting)
+    for weight, expected in ((0.0, base), (1.0, averaged), (-0.5, 1.5 * base - 0.5 * averaged)):
+        np.testing.assert_allclose(extractor.embed(MixedSource(tiny_source, static, weight), SENTENCES, setting), expected, atol=1e-5)
+
+
+def test_layer_specs():
+    assert resolve_layers("1_2_last", 12) == [1, 2, 12]
+    assert resolve_layers("-1+0+last", 6) == [-1, 0, 6]
+    for bad in ("13", "first", "1+x"):
+        with pytest.raises(DataError):
+            resolve_layers(bad, 12)
+
+
+def test_reference_corpus_splits_wikitext(tmp_path):
+    path = tmp_path / "wiki.test.raw"
+    path.write_text(" = Title = \n\n The cat sat on the mat . It was happy . Ok .\n")
+    assert read_reference_corpus(path) == ["The cat sat on the mat .", "It was happy ."]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--aggregations", "sum"], "unknown aggregation"),
+        (["--postprocessing", "whitening"], "post-processing step"),
+        (["--templates", "no slot here"], "unknown template"),
+        (["--tasks", "sts,glue"], "unknown task suite"),
+    ],
+)
+def test_extract_cli_rejects_bad_flags(flags, message, capsys):
+    assert main(["extract", "--models", "re", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_evaluate_cli_rejects_bad_suite(capsys):
+    assert main(["evaluate", "all-MiniLM-L6-v2", "--tasks", "sts,glue"]) == 2
+    assert "unknown task suite" in capsys.readouterr().err

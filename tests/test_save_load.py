@@ -1,0 +1,77 @@
+"""Save -> load round trips: AutoModel with csekit imported, and trust_remote_code where csekit is absent."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel
+
+from conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
+from modeling import SimCSEConfig, SimCSEModel
+
+SENTENCES = ["A man is playing a guitar.", "Stocks fell sharply.", "the cat sleeps"]
+
+
+@pytest.fixture(params=["bert", "roberta"])
+def saved_model(request, tmp_path, tokenizer):
+    backbone = tiny_bert_config if request.param == "bert" else tiny_roberta_config
+    model = SimCSEModel(SimCSEConfig(encoder_config=backbone().to_dict(), pooler_type="cls", mlp_only_train=False))
+    model.tokenizer = tokenizer
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    return model, tmp_path
+
+
+def test_saved_folder_is_self_contained(saved_model):
+    _, folder = saved_model
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"] == {"AutoConfig": "configuration_simcse.SimCSEConfig",
+                                  "AutoModel": "modeling_simcse.SimCSEModel"}
+    for code in ("configuration_simcse.py", "configuration_encoder.py", "modeling_simcse.py", "modeling_encoder.py",
+                 "pooling.py", "encoding.py"):
+        assert (folder / code).is_file(), code
+    assert (folder / "model.safetensors").is_file() and not list(folder.glob("*.bin"))
+
+
+def test_config_json_alone_rebuilds_the_architecture(saved_model):
+    model, folder = saved_model
+    rebuilt = AutoModel.from_config(AutoConfig.from_pretrained(folder))
+    assert isinstance(rebuilt, SimCSEModel)
+    assert rebuilt.state_dict().keys() == model.state_dict().keys()
+    def architecture(config):  # dtype is bookkeeping that save_pretrained fills in
+        return {k: v for k, v in config.to_dict().items() if k != "dtype"}
+
+    assert architecture(rebuilt.config.encoder_config) == architecture(model.config.encoder_config)
+
+
+def test_automodel_round_trip_reproduces_embeddings(saved_model):
+    model, folder = saved_model
+    loaded = AutoModel.from_pretrained(folder)
+    assert type(loaded) is SimCSEModel
+    np.testing.assert_array_equal(loaded.encode(SENTENCES), model.encode(SENTENCES))
+
+
+def test_trust_remote_code_without_csekit_reproduces_embeddings(saved_model, tmp_path_factory):
+    model, folder = saved_model
+    expected = model.encode(SENTENCES)
+    workdir = tmp_path_factory.mktemp("clean")
+    code = (
+        "import numpy, json\n"
+        "from transformers import AutoModel\n"
+        f"model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True)\n"
+        "assert 'transformers_modules' in type(model).__module__, type(model).__module__\n"
+        f"numpy.save('out.npy', model.encode({SENTENCES!r}))\n"
+    )
+    result = run_isolated_python(code, cwd=workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(workdir / "out.npy"), expected)
+
+
+def test_from_encoder_keeps_pretrained_weights(minilm_path):
+    model = SimCSEModel.from_encoder(str(minilm_path), pooler_type="avg")
+    reference = AutoModel.from_pretrained(minilm_path)
+    for name, tensor in reference.state_dict().items():
+        if not name.startswith("pooler."):
+            assert torch.equal(model.encoder.state_dict()[name], tensor), name
+    assert model.config.encoder_config.hidden_size == 384 and model.config.name_or_path == str(minilm_path)

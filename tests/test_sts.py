@@ -1,0 +1,67 @@
+"""The STS protocol: SentEval 'all' pair counts, Spearman of cosine, and agreement with published scores."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from trainers.cli import main as cli_main
+from trainers.encoders import load_embedder
+from trainers.sts import STSEvaluator, cosine_spearman, format_sts_table, load_sts_task
+
+# Pairs with a gold score (SentEval skips the rest; STS13 has no SMT input)
+EXPECTED_PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,
+                  "STSBenchmark": 1379, "SICKRelatedness": 4927}
+
+
+@pytest.mark.parametrize("task, count", EXPECTED_PAIRS.items())
+def test_pair_counts(data_dir, task, count):
+    pairs = load_sts_task(data_dir, task)
+    assert len(pairs.sentences1) == len(pairs.sentences2) == len(pairs.scores) == count
+    assert all(s == " ".join(s.split()) for s in pairs.sentences1[:200])
+
+
+def test_dev_splits(data_dir):
+    assert len(load_sts_task(data_dir, "STSBenchmark", "dev").scores) == 1500
+    assert len(load_sts_task(data_dir, "SICKRelatedness", "dev").scores) == 500
+    with pytest.raises(ValueError, match="only a test split"):
+        load_sts_task(data_dir, "STS12", "dev")
+
+
+def test_cosine_spearman_matches_scipy():
+    rng = np.random.default_rng(0)
+    a, b, gold = rng.normal(size=(50, 8)), rng.normal(size=(50, 8)), rng.normal(size=50)
+    cosine = [x @ y / np.linalg.norm(x) / np.linalg.norm(y) for x, y in zip(a, b)]
+    assert cosine_spearman(a, b, gold) == pytest.approx(spearmanr(cosine, gold).statistic * 100)
+
+
+def test_minilm_matches_published_mteb_scores(data_dir):
+    # all-MiniLM-L6-v2 on the MTEB leaderboard: STSBenchmark 82.03 (cosine Spearman, test split)
+    embed, info = load_embedder("all-MiniLM-L6-v2")
+    assert info["pooler"] == "avg"
+    results = STSEvaluator(data_dir, ["STSBenchmark"])(embed)
+    assert results["STSBenchmark"] == pytest.approx(82.03, abs=0.05)
+
+
+def test_evaluate_cli_writes_foundation_schema(tmp_path, saved_tiny_model, capsys):
+    output = tmp_path / "r.json"
+    assert cli_main(["evaluate", str(saved_tiny_model), "--tasks", "sts", "--output", str(output)]) == 0
+    record = json.loads(output.read_text())
+    assert set(record) == {"model", "pooler", "sts"}
+    assert list(record["sts"]) == list(EXPECTED_PAIRS) + ["avg"]
+    assert record["sts"]["avg"] == pytest.approx(np.mean([record["sts"][t] for t in EXPECTED_PAIRS]), abs=0.006)
+    assert "| STS12 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [(["--tasks", "nope"], "unknown task suite"),
+                                           (["--pooler", "mean"], "unknown pooler"),
+                                           (["--batch-size", "0"], "--batch-size")])
+def test_evaluate_cli_bad_flags(saved_tiny_model, capsys, args, message):
+    assert cli_main(["evaluate", str(saved_tiny_model), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_format_table():
+    table = format_sts_table({"m": {"STS12": 1.0, "avg": 1.0}})
+    assert table.splitlines()[0] == "| model | STS12 | Avg. |"

@@ -1,0 +1,280 @@
+"""WhitenedCSE: shuffled group whitening, the multi-positive losses, the model and its round trips."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from huggingface_hub.errors import StrictDataclassClassValidationError
+from transformers import AutoModel
+
+from modeling import WhitenedCSEConfig, WhitenedCSEModel
+from modeling.losses import (
+    info_nce_loss,
+    multi_positive_info_nce_terms,
+    multi_positive_l1_loss,
+    multi_positive_l2_loss,
+)
+from modeling.whitening import GroupWhitening, whitening_matrices
+from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
+from trainers import DataError, WhitenedCSETrainer
+
+
+def correlated(*shape, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator) @ torch.randn(shape[-1], shape[-1], generator=generator)
+
+
+def batch_covariance(x):
+    centred = x - x.mean(dim=-2, keepdim=True)
+    return centred.transpose(-1, -2) @ centred / x.shape[-2]
+
+
+def tiny_model(**overrides):
+    values = dict(encoder_config=tiny_bert_config().to_dict(), pooler_type="cls", group_size=16)
+    values.update(overrides)
+    return WhitenedCSEModel(WhitenedCSEConfig(**values))
+
+
+# ------------------------------------------------------------------------------------------------------ whitening
+@pytest.mark.parametrize(
+    "kind,differentiable",
+    [("pca", False), ("zca", False), ("zca", True), ("group", True), ("shuffled_group", False), ("shuffled_group", True)],
+)
+def test_rank_deficient_batch_under_bf16_autocast_is_finite_in_float32(kind, differentiable):
+    whitening = GroupWhitening(64, 32, kind=kind, differentiable=differentiable).train()
+    features = correlated(3, 8, 64).bfloat16().requires_grad_()  # 8 samples < 32 channels: rank-deficient
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        whitened = whitening(features)
+    assert whitened.dtype == torch.float32
+    assert torch.isfinite(whitened).all()
+    (whitened * torch.randn_like(whitened)).sum().backward()
+    assert torch.isfinite(features.grad).all() and features.grad.abs().sum() > 0
+
+
+def test_gradient_through_whitening_matrix_matches_finite_differences():
+    covariance = batch_covariance(correlated(2, 40, 6).double())
+    covariance.requires_grad_()
+    # eigh reads one triangle only, so check the gradient of the symmetric parametrisation (c + cᵀ) / 2
+    def whiten(c):
+        return whitening_matrices(0.5 * (c + c.transpose(-1, -2)), "zca", 1e-3, differentiable=True)
+
+    torch.autograd.gradcheck(whiten, (covariance,))
+
+
+def test_whitening_gradient_flag_changes_the_gradient_only_when_set():
+    features = correlated(1, 32, 16).requires_grad_()
+    target = torch.randn(1, 32, 16)
+    grads = []
+    for differentiable in (False, True):
+        whitening = GroupWhitening(16, 8, kind="zca", differentiable=differentiable).train()
+        (whitening(features) * target).sum().backward()
+        grads.append(features.grad.clone())
+        features.grad = None
+    assert not torch.allclose(grads[0], grads[1], atol=1e-4)
+
+
+@pytest.mark.parametrize("kind,group_size", [("zca", 24), ("pca", 24), ("group", 8), ("shuffled_group", 8)])
+def test_full_rank_batch_is_whitened_to_identity_group_covariance(kind, group_size):
+    whitening = GroupWhitening(24, group_size, kind=kind, eps=1e-8).train()
+    permutation = torch.randperm(24)
+    whitened = whitening(correlated(1, 500, 24), permutations=permutation[None])[0].double()
+    # the groups are blocks of the permuted channels; inside each the covariance is the identity
+    blocks = batch_covariance(whitened[:, permutation] if kind == "shuffled_group" else whitened)
+    for start in range(0, 24, whitening.group_size):
+        block = blocks[start : start + whitening.group_size, start : start + whitening.group_size]
+        torch.testing.assert_close(block, torch.eye(whitening.group_size, dtype=block.dtype), atol=1e-3, rtol=0)
+
+
+def test_zca_keeps_the_original_axes():
+    # ZCA is the whitening closest to the input (W symmetric positive definite): on already-white data it is ~I
+    features = torch.randn(20000, 8)
+    whitened = GroupWhitening(8, 8, kind="zca").train()(features)
+    torch.testing.assert_close(whitened, features - features.mean(0), atol=0.1, rtol=0.05)
+
+
+def test_shuffle_and_unshuffle_match_a_numpy_reference():
+    rng = np.random.default_rng(0)
+    features = (rng.standard_normal((64, 12)) @ rng.standard_normal((12, 12))).astype(np.float64)
+    permutation = rng.permutation(12)
+    size, eps = 4, 1e-5
+    # reference: permute channels, ZCA each group of 4 with its batch covariance (/N), write back in place
+    centred = features - features.mean(0)
+    shuffled = centred[:, permutation]
+    expected = np.empty_like(centred)
+    for start in range(0, 12, size):
+        block = shuffled[:, start : start + size]
+        eigenvalues, eigenvectors = np.linalg.eigh(block.T @ block / len(block))
+        zca = eigenvectors @ np.diag((eigenvalues + eps) ** -0.5) @ eigenvectors.T
+        expected[:, permutation[start : start + size]] = block @ zca
+    whitening = GroupWhitening(12, size, kind="shuffled_group", eps=eps).train()
+    actual = whitening(torch.tensor(features, dtype=torch.float32), permutations=torch.tensor(permutation)[None])
+    np.testing.assert_allclose(actual.numpy(), expected, atol=1e-4)
+
+
+def test_each_draw_gets_its_own_permutation():
+    features = correlated(1, 64, 32).expand(3, -1, -1)
+    draws = GroupWhitening(32, 8, kind="shuffled_group").train()(features)
+    assert not torch.allclose(draws[0], draws[1], atol=1e-3)
+    unshuffled = GroupWhitening(32, 8, kind="group").train()(features)
+    torch.testing.assert_close(unshuffled[0], unshuffled[2])
+
+
+def test_running_statistics_follow_eq_13_and_are_used_in_eval():
+    whitening = GroupWhitening(8, 4, kind="group", momentum=0.75).train()
+    first, second = correlated(1, 32, 8, seed=1), correlated(1, 32, 8, seed=2)
+    whitening(first)
+    whitening(second)
+    expected_mean = 0.75 * 0.25 * first[0].mean(0) + 0.25 * second[0].mean(0)
+    expected_cov = 0.75 * (0.75 * torch.eye(8) + 0.25 * batch_covariance(first[0])) + 0.25 * batch_covariance(second[0])
+    torch.testing.assert_close(whitening.running_mean, expected_mean, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(whitening.running_covariance, expected_cov, atol=1e-5, rtol=1e-5)
+    whitening.eval()
+    one = correlated(5, 8, seed=3)
+    torch.testing.assert_close(whitening(one)[:1], whitening(one[:1]), atol=1e-6, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------------------- losses
+def test_multi_positive_terms_and_losses_match_the_direct_formulas():
+    anchors, positives, tau = torch.randn(5, 8), torch.randn(5, 3, 8), 0.1
+    terms = multi_positive_info_nce_terms(anchors, positives, temperature=tau)
+    expected = torch.empty(5, 3)
+    for i in range(5):
+        for p in range(3):
+            sims = torch.stack([F.cosine_similarity(anchors[i], positives[j, p], dim=0) for j in range(5)]) / tau
+            expected[i, p] = -(sims[i] - torch.logsumexp(sims, dim=0))
+    torch.testing.assert_close(terms, expected, atol=1e-5, rtol=1e-5)
+    weight = 0.5
+    torch.testing.assert_close(multi_positive_l1_loss(terms, weight), (weight * expected.sum(1)).mean())
+    # eq. 8 with the negative sign: log sum_p lambda e^{-s_ip/tau} sum_j e^{s_ij,p/tau}
+    l2 = torch.stack([
+        torch.log(sum(weight * torch.exp(-F.cosine_similarity(anchors[i], positives[i, p], dim=0) / tau)
+                      * torch.exp(torch.stack([F.cosine_similarity(anchors[i], positives[j, p], dim=0)
+                                               for j in range(5)]) / tau).sum() for p in range(3)))
+        for i in range(5)
+    ]).mean()
+    torch.testing.assert_close(multi_positive_l2_loss(terms, weight), l2, atol=1e-4, rtol=1e-5)
+
+
+def test_one_positive_reduces_to_simcse_info_nce():
+    anchors, positives = torch.randn(6, 8), torch.randn(6, 8)
+    simcse = info_nce_loss(anchors, positives, temperature=0.05)
+    terms = multi_positive_info_nce_terms(anchors, positives[:, None], temperature=0.05)
+    torch.testing.assert_close(multi_positive_l1_loss(terms), simcse)
+    torch.testing.assert_close(multi_positive_l2_loss(terms), simcse)
+
+
+def test_l2_pulls_the_least_similar_positive_hardest():
+    anchors = torch.randn(4, 8)
+    positives = torch.stack([anchors + 0.01 * torch.randn(4, 8), torch.randn(4, 8)], dim=1).requires_grad_()
+    terms = multi_positive_info_nce_terms(anchors, positives, temperature=0.05)
+    multi_positive_l2_loss(terms).backward()
+    towards_anchor = -(positives.grad * F.normalize(anchors, dim=-1)[:, None]).sum(-1)  # descent direction . anchor
+    assert (towards_anchor[:, 1] > towards_anchor[:, 0]).all() and (towards_anchor[:, 1] > 0).all()
+
+
+# ------------------------------------------------------------------------------------------------------------ config
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(group_size=12), "group_size 12 must be a positive divisor of the hidden size 32"),
+        (dict(group_size=0), "group_size 0"),
+        (dict(num_positives=0), "num_positives must be >= 1"),
+        (dict(whitening="batch"), "whitening must be one of"),
+        (dict(loss_type="L3"), "loss_type must be one of"),
+        (dict(positive_source="mixup"), "positive_source must be one of"),
+        (dict(inference_representation="mlp"), "inference_representation must be one of"),
+        (dict(whitening="pca", whitening_gradient=True), "not available for pca"),
+        (dict(whitening_momentum=1.0), "whitening_momentum"),
+    ],
+)
+def test_config_rejects_bad_values(overrides, message):
+    with pytest.raises(StrictDataclassClassValidationError, match=message):
+        WhitenedCSEConfig(encoder_config=tiny_bert_config().to_dict(), **{"group_size": 16, **overrides})
+
+
+def test_recipe_reports_bad_config_as_one_line_error(minilm_path):
+    from recipes.whitenedcse import WhitenedCSEArguments, build_model
+
+    with pytest.raises(DataError, match="group_size 100 must be a positive divisor of the hidden size 384"):
+        build_model(str(minilm_path), WhitenedCSEArguments(group_size=100))
+
+
+# ------------------------------------------------------------------------------------------------------------- model
+@pytest.mark.parametrize("source,views", [("sgw", 2), ("dropout", 4)])
+def test_training_forward_returns_anchor_and_positives(source, views):
+    model = tiny_model(num_positives=3, positive_source=source).train()
+    out = model(input_ids=torch.randint(1000, 2000, (8, views, 10)))
+    assert out.embeddings.shape == (8, 4, 32) and out.pooled.shape == (8, views, 32)
+    with pytest.raises(ValueError, match=f"shape \\(batch, {views}, seq_len\\)"):
+        model(input_ids=torch.randint(1000, 2000, (8, views + 1, 10)))
+
+
+def test_trainer_loss_and_logged_components():
+    model = tiny_model(num_positives=2, loss_type="L2").train()
+    trainer = WhitenedCSETrainer.__new__(WhitenedCSETrainer)  # compute_losses only needs the accelerator
+    trainer.accelerator = type("Accel", (), {"num_processes": 1, "unwrap_model": staticmethod(lambda m: m)})()
+    outputs = model(input_ids=torch.randint(1000, 2000, (6, 2, 10)))
+    losses = trainer.compute_losses(model, outputs, {})
+    assert set(losses) == {"loss", "contrastive", "positive_1", "positive_2"}
+    terms = multi_positive_info_nce_terms(outputs.embeddings[:, 0], outputs.embeddings[:, 1:], temperature=0.05)
+    torch.testing.assert_close(losses["loss"], multi_positive_l2_loss(terms))
+    torch.testing.assert_close(losses["positive_2"], terms[:, 1].mean())
+
+
+SENTENCES = [f"sentence number {i} " + "with some words " * (i % 7) for i in range(64)]
+
+
+@pytest.mark.parametrize("representation", ["pooled", "whitened", "head"])
+def test_inference_embedding_does_not_depend_on_the_batch(tokenizer, representation):
+    model = tiny_model(inference_representation=representation, pooler_type="avg")
+    model.tokenizer = tokenizer
+    model.train()
+    # give the running statistics non-trivial values through one training step
+    batch = tokenizer(SENTENCES[:32], padding=True, return_tensors="pt")
+    model(input_ids=batch["input_ids"][:, None].expand(-1, 2, -1),
+          attention_mask=batch["attention_mask"][:, None].expand(-1, 2, -1))
+    together = model.encode(SENTENCES, batch_size=64, convert_to_numpy=False)
+    for index in (0, 37, 63):
+        alone = model.encode([SENTENCES[index]], convert_to_numpy=False)
+        torch.testing.assert_close(alone[0], together[index], atol=1e-5, rtol=0)
+    assert model.training  # encode restores the mode
+
+
+def test_save_and_reload_reproduce_embeddings_exactly(tmp_path, tokenizer):
+    model = tiny_model(inference_representation="head")
+    model.tokenizer = tokenizer
+    batch = tokenizer(SENTENCES[:16], padding=True, return_tensors="pt")
+    model.train()(input_ids=batch["input_ids"][:, None].expand(-1, 2, -1),
+                  attention_mask=batch["attention_mask"][:, None].expand(-1, 2, -1))
+    expected = model.encode(SENTENCES[:8])
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(reloaded, WhitenedCSEModel)
+    torch.testing.assert_close(reloaded.whitening.running_covariance, model.whitening.running_covariance)
+    np.testing.assert_array_equal(reloaded.encode(SENTENCES[:8]), expected)
+
+    np.save(tmp_path / "expected.npy", expected)
+    code = (
+        "import numpy as np\n"
+        "from transformers import AutoModel\n"
+        f"model = AutoModel.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"
+        "assert type(model).__module__.startswith('transformers_modules'), type(model).__module__\n"
+        f"sentences = {SENTENCES[:8]!r}\n"
+        f"np.testing.assert_array_equal(model.encode(sentences), np.load({str(tmp_path / 'expected.npy')!r}))\n"
+        "print('ok')\n"
+    )
+    result = run_isolated_python(code, cwd=tmp_path)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+def test_gradients_reach_the_backbone_under_stop_gradient():
+    model = tiny_model(group_size=32).train()  # 6 sentences < 32 channels: rank-deficient in training
+    outputs = model(input_ids=torch.randint(1000, 2000, (6, 2, 10)))
+    terms = multi_positive_info_nce_terms(outputs.embeddings[:, 0], outputs.embeddings[:, 1:])
+    multi_positive_l1_loss(terms).backward()
+    grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert math.isfinite(terms.sum().item())
