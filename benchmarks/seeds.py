@@ -1,0 +1,75 @@
+"""Run a training recipe under several seeds and report 7-task STS as mean ± std.
+
+    python benchmarks/seeds.py --recipe recipes/simcse.py --seeds 42 43 44 --name SimCSE \
+        --output-root outputs/seeds/simcse --table benchmarks/results/simcse_seeds.md -- --config ... [recipe flags]
+
+Each seed runs ``accelerate launch --cpu --num_processes 1 RECIPE ... --seed S --output_dir ROOT/seedS`` (skipped
+if ``ROOT/seedS/eval_results.json`` exists, so an interrupted grid resumes), then the per-seed scores and the
+mean ± std (sample std) are written as a markdown table. Wall time per seed is recorded too.
+"""
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
+SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
+
+
+def run_seed(recipe: str, seed: int, output_dir: Path, recipe_args: list) -> dict:
+    results_file = output_dir / "eval_results.json"
+    if not results_file.exists():
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1", recipe,
+                   *recipe_args, "--seed", str(seed), "--output_dir", str(output_dir)]
+        print("$", shlex.join(command), flush=True)
+        start = time.time()
+        subprocess.run(command, check=True)
+        record = json.loads(results_file.read_text())
+        record["wall_seconds"] = round(time.time() - start, 1)
+        results_file.write_text(json.dumps(record, indent=2) + "\n")
+    return json.loads(results_file.read_text())
+
+
+def format_rows(name: str, records: dict) -> list:
+    lines = []
+    for seed, record in records.items():
+        cells = " | ".join(f"{record['sts'][t]:.2f}" for t in TASKS)
+        lines.append(f"| {name} (seed {seed}) | {cells} | {record.get('wall_seconds', float('nan')):.0f} |")
+    means = []
+    for task in TASKS:
+        values = [record["sts"][task] for record in records.values()]
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        means.append(f"**{statistics.mean(values):.2f}** ± {spread:.2f}")
+    lines.append(f"| **{name} mean ± std** | " + " | ".join(means) + " | |")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", required=True, help="Recipe script, e.g. recipes/simcse.py.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--name", required=True, help="Row label in the table.")
+    parser.add_argument("--output-root", required=True, help="Each seed trains into OUTPUT_ROOT/seedS.")
+    parser.add_argument("--table", default=None, help="Write the markdown table here (also printed).")
+    parser.add_argument("recipe_args", nargs=argparse.REMAINDER, help="After '--': flags passed to the recipe.")
+    args = parser.parse_args(argv)
+    recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+    records = {seed: run_seed(args.recipe, seed, Path(args.output_root) / f"seed{seed}", recipe_args)
+               for seed in args.seeds}
+    header = "| run | " + " | ".join(SHORT.get(t, t) for t in TASKS) + " | wall s |"
+    lines = [f"Command: `python benchmarks/seeds.py {shlex.join(argv if argv is not None else sys.argv[1:])}`", "",
+             header, "|---|" + "---:|" * (len(TASKS) + 1), *format_rows(args.name, records)]
+    table = "\n".join(lines)
+    print(table)
+    if args.table:
+        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.table).write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
