@@ -65,3 +65,8 @@ def test_evaluate_cli_bad_flags(saved_tiny_model, capsys, args, message):
 def test_format_table():
     table = format_sts_table({"m": {"STS12": 1.0, "avg": 1.0}})
     assert table.splitlines()[0] == "| model | STS12 | Avg. |"
+
+
+def test_evaluate_uncached_hub_id_fails_in_one_line(capsys):
+    assert cli_main(["evaluate", "some-org/not-a-cached-model"]) == 2
+    assert "not in the local Hugging Face cache" in capsys.readouterr().err

@@ -72,7 +72,8 @@ class HFSentenceEncoder:
         self.layers = resolve_pooling_layers(pooler, None, model.config.num_hidden_layers)
 
     def embed_batch(self, batch: dict) -> torch.Tensor:
-        outputs = self.model(**batch, output_hidden_states=self.pooler not in ("cls", "cls_before_pooler"))
+        needs_all_layers = self.layers != [self.model.config.num_hidden_layers]
+        outputs = self.model(**batch, output_hidden_states=needs_all_layers)
         if self.pooler == "cls":
             if getattr(outputs, "pooler_output", None) is None:
                 raise DataError("pooler 'cls' needs an encoder with a pooler layer; use cls_before_pooler or avg")
@@ -88,8 +89,13 @@ def load_embedder(
     if pooler is not None and pooler not in POOLER_TYPES:
         raise DataError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
     path = resolve_model_path(name_or_path)
-    config = AutoConfig.from_pretrained(path, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except OSError:
+        raise DataError(
+            f"{name_or_path}: not a model folder and not in the local Hugging Face cache (csekit never downloads)"
+        ) from None
     if config.model_type.startswith("csekit-"):
         overrides = {} if pooler is None else {"pooler_type": pooler}
         model = AutoModel.from_pretrained(path, local_files_only=True, **overrides).eval()
