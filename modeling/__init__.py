@@ -3,14 +3,20 @@ them for ``auto_map`` + code export, so saved folders also load with ``trust_rem
 
 from transformers import AutoConfig, AutoModel
 
+from .configuration_clsr import CLSRConfig
+from .configuration_cmlm_cse import CMLMCSEConfig
 from .configuration_encoder import SentenceEncoderConfig
 from .configuration_simcse import SimCSEConfig
-from .losses import info_nce_loss
+from .configuration_whitenedcse import WhitenedCSEConfig
+from .losses import info_nce_loss, nt_xent_loss
+from .modeling_clsr import CLSRModel
+from .modeling_cmlm_cse import CMLMCSEForPreTraining, CMLMCSEModel
 from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderPreTrainedModel
 from .modeling_simcse import SimCSEModel
+from .modeling_whitenedcse import WhitenedCSEModel
 from .pooling import POOLER_TYPES
 
-MODEL_CLASSES = (SimCSEModel,)
+MODEL_CLASSES = (SimCSEModel, CLSRModel, WhitenedCSEModel, CMLMCSEModel)
 
 for _model_class in MODEL_CLASSES:
     _config_class = _model_class.config_class
@@ -20,6 +26,11 @@ for _model_class in MODEL_CLASSES:
     _model_class.register_for_auto_class("AutoModel")
 
 __all__ = [
+    "CLSRConfig",
+    "CLSRModel",
+    "CMLMCSEConfig",
+    "CMLMCSEForPreTraining",
+    "CMLMCSEModel",
     "MODEL_CLASSES",
     "POOLER_TYPES",
     "SentenceEmbeddingOutput",
@@ -27,5 +38,8 @@ __all__ = [
     "SentenceEncoderPreTrainedModel",
     "SimCSEConfig",
     "SimCSEModel",
+    "WhitenedCSEConfig",
+    "WhitenedCSEModel",
     "info_nce_loss",
+    "nt_xent_loss",
 ]

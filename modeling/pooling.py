@@ -98,6 +98,17 @@ def pool(
     if pooler_type in ("cls", "cls_before_pooler"):
         return hidden_states[layers[-1]][:, 0]
     weights = attention_mask if token_weights is None else attention_mask * token_weights
+    # mean over layers commutes with the masked mean; averaging layers first keeps it one reduction
+    return masked_mean(mean_layer_states(layers, hidden_states, static_embeddings), weights)
+
+
+def mean_layer_states(
+    layers: Sequence[int], hidden_states: Sequence[torch.Tensor], static_embeddings: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Token states averaged over ``layers`` (numbering as in the module docstring): ``(batch, seq_len, hidden)``.
+
+    Training-free extraction caches this per (model, dataset, template, layers) and re-weights it per aggregation.
+    """
 
     def layer_states(index):
         if index == STATIC_EMBEDDINGS_LAYER:
@@ -107,7 +118,5 @@ def pool(
         return hidden_states[index]
 
     if len(layers) == 1:
-        return masked_mean(layer_states(layers[0]), weights)
-    # mean over layers commutes with the masked mean; stacking first keeps it one reduction
-    stacked = torch.stack([layer_states(i) for i in layers]).mean(0)
-    return masked_mean(stacked, weights)
+        return layer_states(layers[0])
+    return torch.stack([layer_states(i) for i in layers]).mean(0)

@@ -7,26 +7,16 @@ Defaults are the paper's unsupervised setting: bert-base-uncased, wiki1m, 1 epoc
 A ``.csv`` train file (sent0,sent1[,hard_neg]) switches to supervised SimCSE. ``--help`` lists every flag.
 """
 
-from dataclasses import dataclass, field
-
 from modeling import SimCSEModel
 from trainers import SimCSETrainer
-from trainers.recipe import CSETrainingArguments, DataArguments, main_guard, parse_recipe_args, run_recipe
-
-
-@dataclass
-class SimCSEArguments:
-    model_name_or_path: str = field(
-        default="bert-base-uncased",
-        metadata={"help": "Backbone: a local folder, 'all-MiniLM-L6-v2' (embedded), or a Hub id in the local cache."},
-    )
-    pooler_type: str = field(
-        default="cls", metadata={"help": "cls, cls_before_pooler, avg, avg_first_last, avg_top2 or layers."}
-    )
-    pooling_layers: list[int] = field(default=None, metadata={"help": "Layers averaged by pooler_type=layers."})
-    mlp_only_train: bool = field(default=True, metadata={"help": "Use the [CLS] MLP only in training."})
-    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
-    hard_negative_weight: float = field(default=0.0, metadata={"help": "Logit bonus of each own hard negative."})
+from trainers.recipe import (
+    CSETrainingArguments,
+    DataArguments,
+    SimCSEArguments,
+    main_guard,
+    parse_recipe_args,
+    run_recipe,
+)
 
 
 def build_model(model_path: str, args: SimCSEArguments) -> SimCSEModel:

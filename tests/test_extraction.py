@@ -118,7 +118,10 @@ def test_bias_table(tokenizer):
 def test_template_places_sentence_and_masks(tokenizer):
     template = resolve_template("T4")
     text = template.fill(["a man plays"], tokenizer.mask_token)[0]
-    assert text == 'This sentence from the dictionary: "a man plays" means "[MASK]" and is about [MASK], which is a synonym for [MASK].'
+    assert text == (
+        'This sentence from the dictionary: "a man plays" means "[MASK]" and is about [MASK], '
+        "which is a synonym for [MASK]."
+    )
     prefix_ids = tokenizer('This sentence from the dictionary: "', add_special_tokens=False)["input_ids"]
     sentence_ids = tokenizer("a man plays", add_special_tokens=False)["input_ids"]
     ids = tokenizer(text)["input_ids"]
@@ -154,7 +157,8 @@ def test_mask_positions_bert_and_roberta(tokenizer, name):
 
 def test_truncated_template_and_bad_template_rejected(tokenizer):
     template = resolve_template("T0")
-    batch = tokenizer(template.fill([SENTENCES[2]], tokenizer.mask_token), truncation=True, max_length=6, return_tensors="pt")
+    texts = template.fill([SENTENCES[2]], tokenizer.mask_token)
+    batch = tokenizer(texts, truncation=True, max_length=6, return_tensors="pt")
     with pytest.raises(DataError, match="truncated"):
         mask_token_weights(batch["input_ids"], tokenizer, template.mask_count)
     with pytest.raises(DataError, match="template"):
@@ -229,7 +233,8 @@ def test_averaged_static_and_mixing(tiny_source, tokenizer):
     base = extractor.embed(tiny_source, SENTENCES, setting)
     averaged = extractor.embed(static, SENTENCES, setting)
     for weight, expected in ((0.0, base), (1.0, averaged), (-0.5, 1.5 * base - 0.5 * averaged)):
-        np.testing.assert_allclose(extractor.embed(MixedSource(tiny_source, static, weight), SENTENCES, setting), expected, atol=1e-5)
+        mixed = extractor.embed(MixedSource(tiny_source, static, weight), SENTENCES, setting)
+        np.testing.assert_allclose(mixed, expected, atol=1e-5)
 
 
 def test_layer_specs():
@@ -253,6 +258,7 @@ def test_reference_corpus_splits_wikitext(tmp_path):
         (["--postprocessing", "whitening"], "post-processing step"),
         (["--templates", "no slot here"], "unknown template"),
         (["--tasks", "sts,glue"], "unknown task suite"),
+        (["--sts-tasks", "STS99"], "unknown STS task"),
     ],
 )
 def test_extract_cli_rejects_bad_flags(flags, message, capsys):

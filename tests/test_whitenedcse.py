@@ -17,7 +17,7 @@ from modeling.losses import (
     multi_positive_l2_loss,
 )
 from modeling.whitening import GroupWhitening, whitening_matrices
-from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
+from tests.conftest import run_isolated_python, tiny_bert_config
 from trainers import DataError, WhitenedCSETrainer
 
 

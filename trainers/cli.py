@@ -6,14 +6,16 @@
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from .data import DataError, resolve_data_dir
+from .extraction_cli import add_extract_parser
+from .publish_cli import add_card_parser, add_export_st_parser, add_push_parser
 from .sts import STS_TASKS, STSEvaluator, format_sts_table
+from .suites import SUITE_TITLES, evaluate_suites, format_table
 
-EVALUATION_SUITES = ("sts",)
+EVALUATION_SUITES = ("sts", "transfer", "clustering", "geometry")
 
 
 def add_evaluate_parser(subparsers) -> None:
@@ -36,6 +38,14 @@ def add_evaluate_parser(subparsers) -> None:
     parser.add_argument("--max-length", type=int, default=None, help="Truncation length (default: model maximum).")
     parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data).")
     parser.add_argument("--output", default=None, help="Write results as JSON here.")
+    parser.add_argument(
+        "--transfer-max-train", type=int, default=None,
+        help="transfer: cap training examples per task (seeded stratified subsample; whole task for CV tasks).",
+    )
+    parser.add_argument(
+        "--clustering-max-examples", type=int, default=None, help="clustering: cap texts per dataset (seeded subsample)."
+    )
+    parser.add_argument("--clustering-runs", type=int, default=10, help="clustering: k-means runs averaged per dataset.")
     parser.set_defaults(handler=run_evaluate)
 
 
@@ -48,10 +58,22 @@ def run_evaluate(args) -> int:
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(EVALUATION_SUITES)}")
     if args.batch_size < 1:
         raise DataError(f"--batch-size must be >= 1, got {args.batch_size}")
-    evaluator = STSEvaluator(resolve_data_dir(args.data_dir), STS_TASKS, split="test")
+    for flag in ("transfer_max_train", "clustering_max_examples", "clustering_runs"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise DataError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    data_dir = resolve_data_dir(args.data_dir)
+    evaluator = STSEvaluator(data_dir, STS_TASKS, split="test") if "sts" in suites else None
     embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size)
-    record = {**info, "sts": evaluator(embed)}
-    print(format_sts_table({args.model: record["sts"]}, title="STS (Spearman x100, SentEval 'all')"))
+    record = dict(info)
+    if evaluator is not None:
+        record["sts"] = evaluator(embed)
+        print(format_sts_table({args.model: record["sts"]}, title="STS (Spearman x100, SentEval 'all')"))
+    record.update(
+        evaluate_suites(suites, data_dir, embed, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs)
+    )
+    for suite in ("transfer", "clustering", "geometry"):
+        if suite in record:
+            print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], 4 if suite == "geometry" else 2))
     if args.output:
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -63,12 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="csekit", description="Contrastive sentence embeddings: evaluate and publish.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_evaluate_parser(subparsers)
+    add_extract_parser(subparsers)
+    add_card_parser(subparsers)
+    add_push_parser(subparsers)
+    add_export_st_parser(subparsers)
     return parser
 
 
 def main(argv=None) -> int:
-    # No code path downloads: Hub ids resolve from the local cache only.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

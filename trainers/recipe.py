@@ -25,6 +25,27 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
+class ContrastiveModelArguments:
+    """Model fields shared by the contrastive recipes (SimCSE, WhitenedCSE, CMLM-CSE)."""
+
+    model_name_or_path: str = field(
+        default="bert-base-uncased",
+        metadata={"help": "Backbone: a local folder, 'all-MiniLM-L6-v2' (embedded), or a Hub id in the local cache."},
+    )
+    pooler_type: str = field(
+        default="cls", metadata={"help": "cls, cls_before_pooler, avg, avg_first_last, avg_top2 or layers."}
+    )
+    pooling_layers: list[int] = field(default=None, metadata={"help": "Layers averaged by pooler_type=layers."})
+    mlp_only_train: bool = field(default=True, metadata={"help": "Use the [CLS] MLP only in training."})
+    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
+
+
+@dataclass
+class SimCSEArguments(ContrastiveModelArguments):
+    hard_negative_weight: float = field(default=0.0, metadata={"help": "Logit bonus of each own hard negative."})
+
+
+@dataclass
 class DataArguments:
     train_file: str = field(
         default="wiki/wiki1m_for_simcse.txt",
@@ -127,6 +148,10 @@ def run_recipe(
     resume = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resume == "last" else resume)
     trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():  # JSON twin of training_args.bin: model cards read it without unpickling
+        arguments = {"model_args": dataclasses.asdict(model_args), "data_args": dataclasses.asdict(data_args),
+                     "training_args": training_args.to_dict()}
+        Path(training_args.output_dir, "training_args.json").write_text(json.dumps(arguments, indent=2, default=str) + "\n")
     results = {}
     if data_args.do_test_eval and trainer.is_world_process_zero():
         evaluator = STSEvaluator(data_dir, STS_TASKS, split="test")

@@ -1,0 +1,127 @@
+"""Run a WhitenedCSE ablation grid with recipes/whitenedcse.py and write a markdown table (STS-B dev + 7 STS tests).
+
+    flock /tmp/csekit-heavy.lock python benchmarks/whitenedcse_ablation.py --preset table3 --seeds 42 \
+        --output-root outputs/whitenedcse_ablation --table benchmarks/results/whitenedcse_table3.md \
+        -- --config recipes/configs/minilm_compare.yaml --group_size 192
+
+    python benchmarks/whitenedcse_ablation.py --grid whitening=group,shuffled_group --grid group_size=96,192 ...
+
+``--grid KEY=V1,V2`` (repeatable; the cells are the cartesian product) sets recipe flags per cell; ``--preset`` is a
+paper table: ``table3`` (whitening none/pca/zca/group/shuffled_group), ``table4`` (the paper's k = 32..384 x
+with/without shuffle; k is read as the number of groups, so ``--group_size hidden/k``; k that do not divide the
+hidden size are skipped; ``--grid group_size=...`` sweeps channel counts instead), ``table5`` (paper positive
+number 2..5 = ``num_positives`` 1..4), ``loss`` (L1 vs L2). Flags after ``--`` are passed to every cell. Each cell trains under
+each seed into ``OUTPUT_ROOT/<cell>/seedS`` (skipped when its ``eval_results.json`` exists, so a grid resumes) via
+``benchmarks/seeds.py``. The table reports the best STS-B dev Spearman (the selection metric, from the trainer
+state) and the test scores, averaged over seeds.
+"""
+
+import argparse
+import itertools
+import json
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+from seeds import SHORT, TASKS, run_seed
+
+PRESETS = {
+    "table3": {"whitening": ["none", "pca", "zca", "group", "shuffled_group"]},
+    "table4": {"whitening": ["shuffled_group", "group"], "num_groups": ["32", "48", "64", "96", "128", "192", "256", "384"]},
+    "table5": {"num_positives": ["1", "2", "3", "4"]},
+    "loss": {"loss_type": ["L1", "L2"]},
+}
+
+
+def parse_grid(items: list) -> dict:
+    grid = {}
+    for item in items:
+        key, _, values = item.partition("=")
+        if not key or not values:
+            raise SystemExit(f"--grid {item!r}: expected KEY=V1,V2,...")
+        grid[key.strip().lstrip("-")] = [value.strip() for value in values.split(",") if value.strip()]
+    return grid
+
+
+def best_dev(output_dir: Path) -> float:
+    """Best STS-B dev Spearman of a run (x100), from the last checkpoint's trainer state."""
+    states = sorted(output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    if not states:
+        return float("nan")
+    return 100 * json.loads(states[-1].read_text())["best_metric"]
+
+
+def hidden_size(recipe_args: list) -> int:
+    """The backbone's hidden size (``--model_name_or_path`` flag, else the ``--config`` YAML, else the recipe default),
+    to skip table-4 group sizes that cannot divide it."""
+    import yaml
+    from transformers import AutoConfig
+
+    from trainers.encoders import resolve_model_path
+
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--config")
+    flags.add_argument("--model_name_or_path")
+    known, _ = flags.parse_known_args(recipe_args)
+    values = yaml.safe_load(Path(known.config).read_text()) or {} if known.config else {}
+    name = known.model_name_or_path or values.get("model_name_or_path", "bert-base-uncased")
+    return AutoConfig.from_pretrained(resolve_model_path(name)).hidden_size
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="A paper ablation table (see above).")
+    parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2 recipe flag values (repeatable).")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42], help="Seeds per cell.")
+    parser.add_argument("--recipe", default="recipes/whitenedcse.py", help="Recipe run for every cell.")
+    parser.add_argument("--output-root", default="outputs/whitenedcse_ablation", help="Cells train under here.")
+    parser.add_argument("--table", default=None, help="Write the markdown table here (also printed).")
+    parser.add_argument("recipe_args", nargs=argparse.REMAINDER, help="After '--': flags for every cell.")
+    args = parser.parse_args(argv)
+    recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+    grid = {**PRESETS.get(args.preset, {}), **parse_grid(args.grid)}
+    if not grid:
+        parser.error("give --preset or at least one --grid KEY=V1,V2")
+    keys = list(grid)
+    cells = [dict(zip(keys, values)) for values in itertools.product(*grid.values())]
+    if "group_size" in grid or "num_groups" in grid:
+        hidden = hidden_size(recipe_args)
+        key = "group_size" if "group_size" in grid else "num_groups"
+        skipped = sorted({cell[key] for cell in cells if hidden % int(cell[key])}, key=int)
+        if skipped:
+            print(f"skipping {key} {', '.join(skipped)}: they do not divide the hidden size {hidden}")
+        cells = [cell for cell in cells if not hidden % int(cell[key])]
+        if key == "num_groups":  # the paper's k: a count of groups, passed to the recipe as channels per group
+            cells = [{**{k: v for k, v in cell.items() if k != "num_groups"},
+                      "group_size": str(hidden // int(cell["num_groups"]))} for cell in cells]
+
+    rows = []
+    for cell in cells:
+        name = "-".join(f"{key}_{value}" for key, value in cell.items())
+        flags = [token for key, value in cell.items() for token in (f"--{key}", value)]
+        records = [run_seed(args.recipe, seed, Path(args.output_root) / name / f"seed{seed}", recipe_args + flags)
+                   for seed in args.seeds]
+        devs = [best_dev(Path(args.output_root) / name / f"seed{seed}") for seed in args.seeds]
+        scores = [statistics.mean(record["sts"][task] for record in records) for task in TASKS]
+        label = ", ".join(f"{key}={value}" for key, value in cell.items())
+        rows.append(f"| {label} | {statistics.mean(devs):.2f} | " + " | ".join(f"{s:.2f}" for s in scores) + " |")
+
+    command = shlex.join(sys.argv[1:] if argv is None else argv)
+    lines = [
+        f"Command: `python benchmarks/whitenedcse_ablation.py {command}`",
+        f"(seeds {' '.join(map(str, args.seeds))}; mean over seeds; STS-B dev = best dev Spearman, the selection metric)",
+        "",
+        "| cell | STS-B dev | " + " | ".join(SHORT.get(t, t) for t in TASKS) + " |",
+        "|---|---:|" + "---:|" * len(TASKS),
+        *rows,
+    ]
+    table = "\n".join(lines)
+    print(table)
+    if args.table:
+        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.table).write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""CLSR configuration (Qiu, Ding & Chen, "Contrastive Learning of Sentence Representations")."""
+
+from typing import Optional
+
+from huggingface_hub.dataclasses import strict
+
+from .configuration_encoder import SentenceEncoderConfig
+
+
+@strict
+class CLSRConfig(SentenceEncoderConfig):
+    r"""Configuration of :class:`CLSRModel`: a frozen encoder, its pooler, and the trained MLP encoder ``e``.
+
+    Defaults follow the paper: mean pooling of the last layer (its Table 4 prefers it to [CLS]), an MLP with one
+    hidden layer whose output has the backbone's hidden size, NT-Xent at temperature 0.1. The projection head ``h``
+    is a training-only module (``trainers.clsr``), so it has no field here and is not saved.
+
+    Args:
+        pooler_type: pooling of the frozen backbone (``avg`` = mean of the last layer; ``cls_before_pooler`` = the
+            [CLS] vector; any csekit pooler works).
+        mlp_hidden_size: width of ``e``'s hidden layer; ``None`` = the backbone's hidden size.
+        representation_size: output size of ``e`` (the sentence embedding); ``None`` = the backbone's hidden size.
+        temperature: NT-Xent temperature tau (> 0).
+    """
+
+    model_type = "csekit-clsr"
+
+    pooler_type: str = "avg"
+    mlp_hidden_size: Optional[int] = None
+    representation_size: Optional[int] = None
+    temperature: float = 0.1
+
+    def validate_temperature(self):
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+
+    def validate_mlp_sizes(self):
+        for name in ("mlp_hidden_size", "representation_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 (or None for the backbone's hidden size), got {value}")
+
+    @property
+    def resolved_mlp_hidden_size(self) -> int:
+        return self.mlp_hidden_size or self.hidden_size
+
+    @property
+    def resolved_representation_size(self) -> int:
+        return self.representation_size or self.hidden_size

@@ -1,0 +1,67 @@
+"""CMLM-CSE configuration (Zhang & Chen, "CMLM-CSE: Based on Conditional MLM Contrastive Learning for Sentence
+Embeddings")."""
+
+from huggingface_hub.dataclasses import strict
+
+from .configuration_simcse import SimCSEConfig
+
+FUSION_INITS = ("top_layers", "random")
+
+
+@strict
+class CMLMCSEConfig(SimCSEConfig):
+    r"""Configuration of :class:`CMLMCSEModel` and of its training-only auxiliary network.
+
+    The published model is a SimCSE encoder (every :class:`SimCSEConfig` field applies); the fields below describe
+    the conditional-MLM auxiliary network used in training (``CMLMCSEForPreTraining``). Defaults are the paper's
+    BERT-base setting: extractor 8, fusioner 3, mask rate 15%, lambda 0.005.
+
+    Args:
+        extractor_layers: transformer blocks of the frozen lexical feature extractor (the first blocks of the
+            *pretrained* encoder, with its embeddings); ``1 <= extractor_layers < num_hidden_layers``.
+        fusion_layers: transformer blocks of the semantic feature fusioner (>= 1).
+        fusion_init: ``"top_layers"`` copies the pretrained encoder's top ``fusion_layers`` blocks (needs
+            ``fusion_layers <= num_hidden_layers``), ``"random"`` initialises them like fresh BERT blocks. The paper
+            does not say; ``top_layers`` is the default because a pretrained fusioner makes the conditional MLM a
+            meaningful task from step 0, while a random one first sends noise into the sentence embedding.
+        mask_rate: share of (non-special) tokens masked for the MLM side, with BERT's 80/10/10 replacement.
+        mlm_weight: lambda in ``L = contrastive_weight * L_contrast + lambda * L_MLM`` (0 = without MLM loss).
+        contrastive_weight: weight of the contrastive loss (1 normally; 0 = the paper's "w/o contrastive loss").
+    """
+
+    model_type = "csekit-cmlm-cse"
+
+    extractor_layers: int = 8
+    fusion_layers: int = 3
+    fusion_init: str = "top_layers"
+    mask_rate: float = 0.15
+    mlm_weight: float = 0.005
+    contrastive_weight: float = 1.0
+
+    def validate_auxiliary_layers(self):
+        layers = self.encoder_config.num_hidden_layers
+        if not 1 <= self.extractor_layers < layers:
+            raise ValueError(
+                f"extractor_layers={self.extractor_layers} is impossible for an encoder with {layers} layers: the "
+                f"frozen extractor must use between 1 and {layers - 1} of them (fewer than the encoder has)"
+            )
+        if self.fusion_layers < 1:
+            raise ValueError(f"fusion_layers must be >= 1, got {self.fusion_layers}")
+        if self.fusion_init not in FUSION_INITS:
+            raise ValueError(f"fusion_init must be one of {', '.join(FUSION_INITS)}, got {self.fusion_init!r}")
+        if self.fusion_init == "top_layers" and self.fusion_layers > layers:
+            raise ValueError(
+                f"fusion_layers={self.fusion_layers} with fusion_init='top_layers' needs that many encoder layers, "
+                f"but the encoder has {layers}; use fewer fusion layers or fusion_init='random'"
+            )
+
+    def validate_loss_weights(self):
+        if not 0 < self.mask_rate < 1:
+            raise ValueError(f"mask_rate must be in (0, 1), got {self.mask_rate}")
+        if self.mlm_weight < 0 or self.contrastive_weight < 0:
+            raise ValueError(
+                f"loss weights must be >= 0, got mlm_weight={self.mlm_weight}, "
+                f"contrastive_weight={self.contrastive_weight}"
+            )
+        if self.mlm_weight == 0 and self.contrastive_weight == 0:
+            raise ValueError("mlm_weight and contrastive_weight are both 0: nothing would be trained")

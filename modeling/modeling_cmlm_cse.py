@@ -1,0 +1,211 @@
+"""CMLM-CSE (Zhang & Chen): SimCSE plus a conditional-MLM auxiliary network used only in training.
+
+Method. The sentence x goes twice through the encoder (two dropout views, InfoNCE as in SimCSE) giving the sentence
+embedding h. In parallel x is masked (BERT's 80/10/10) into x' and read by a *frozen* lexical feature extractor, the
+pretrained embeddings + first ``extractor_layers`` blocks, giving token states h'. h replaces h'[:, 0] (the [CLS]
+slot), ``h'' = [h ; h'_{1:}]``, and a semantic feature fusioner (``fusion_layers`` transformer blocks) + an MLM head
+tied to the input word embeddings predicts the masked tokens. Because the extractor cannot learn, lowering the MLM
+loss needs h to carry what the lexical features lack. ``L = L_contrast + lambda * L_MLM`` (trainer).
+
+Design: two classes over one config.
+
+* :class:`CMLMCSEModel` is what gets published: encoder + pooler (+ SimCSE's training-only MLP with
+  ``pooler_type="cls"``). It *is* a SimCSE model with its own config class, so inference speed equals SimCSE's and
+  the saved folder holds no auxiliary weights.
+* :class:`CMLMCSEForPreTraining` is the training-only subclass: the same encoder parameters (same state-dict keys)
+  plus ``auxiliary`` (:class:`CMLMAuxiliaryNetwork`). The Trainer trains, checkpoints and resumes this class, so the
+  fusioner, the MLM head and their optimizer state are in every checkpoint; the frozen extractor has
+  ``requires_grad=False``, so the optimizer never sees it. :meth:`CMLMCSEForPreTraining.sentence_encoder` returns
+  the publishable :class:`CMLMCSEModel` (``CMLMCSETrainer.save_model`` saves that one as the final model).
+
+The extractor is copied from the encoder when the auxiliary network is built, i.e. from the *pretrained* weights
+(``from_encoder``); it stays in eval mode (no dropout) and runs under ``torch.no_grad``, so it is bit-identical for
+the whole run. The MLM head's output projection is the trained encoder's input word-embedding matrix (BERT's
+tying); its transform (dense + activation + LayerNorm) and output bias are new, because backbones saved as
+``BertModel`` (the embedded MiniLM) carry no MLM head.
+
+Backbones: BERT-family encoders whose ``AutoModel`` has ``.embeddings`` and an ``.encoder.layer`` list (BERT,
+RoBERTa, MiniLM, ELECTRA, ...).
+
+Example::
+
+    model = CMLMCSEForPreTraining.from_encoder("all-MiniLM-L6-v2-folder", pooler_type="avg",
+                                               extractor_layers=4, fusion_layers=2)
+    out = model(input_ids=views, attention_mask=mask, mlm_input_ids=masked, mlm_labels=labels)
+    out.embeddings  # (B, 2, H) for InfoNCE; out.mlm_loss: scalar
+    model.sentence_encoder().save_pretrained("published")  # encoder + pooler only
+"""
+
+import copy
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
+
+from .configuration_cmlm_cse import CMLMCSEConfig
+from .modeling_encoder import SentenceEmbeddingOutput
+from .modeling_simcse import SimCSEModel
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class CMLMCSEPreTrainingOutput(SentenceEmbeddingOutput):
+    """Output of :class:`CMLMCSEForPreTraining`.
+
+    Args:
+        embeddings: ``(batch, views, hidden)`` sentence vectors for the contrastive loss.
+        pooled: the same shape, before the head.
+        mlm_loss: scalar conditional-MLM cross-entropy, mean over the masked tokens of the batch (``None`` without
+            ``mlm_input_ids``).
+    """
+
+    mlm_loss: Optional[torch.FloatTensor] = None
+
+
+class CMLMCSEModel(SimCSEModel):
+    """The published CMLM-CSE encoder: exactly a SimCSE encoder + pooler (the auxiliary network is training-only)."""
+
+    config_class = CMLMCSEConfig
+
+
+def _layer_stack(encoder: PreTrainedModel) -> nn.ModuleList:
+    stack = getattr(getattr(encoder, "encoder", None), "layer", None)
+    if not isinstance(stack, nn.ModuleList) or not hasattr(encoder, "embeddings"):
+        raise ValueError(
+            f"CMLM-CSE needs a BERT-family backbone with .embeddings and .encoder.layer; "
+            f"{type(encoder).__name__} has no such layer stack"
+        )
+    return stack
+
+
+class CMLMAuxiliaryNetwork(nn.Module):
+    """Frozen lexical feature extractor + semantic feature fusioner + tied MLM head.
+
+    Built from the sentence encoder's *current* weights (call it on the pretrained encoder): the extractor is a
+    frozen copy of the embeddings and the first ``extractor_layers`` blocks; with ``fusion_init="top_layers"`` the
+    fusioner starts as a trainable copy of the top ``fusion_layers`` blocks. Randomly initialised parts (fusioner
+    with ``fusion_init="random"``, head transform, output bias) are initialised by the owning model's
+    ``_init_weights``.
+    """
+
+    def __init__(self, config: CMLMCSEConfig, encoder: PreTrainedModel):
+        super().__init__()
+        layers = _layer_stack(encoder)
+        extractor = copy.deepcopy(encoder)
+        extractor.encoder.layer = extractor.encoder.layer[: config.extractor_layers]
+        extractor.config.num_hidden_layers = config.extractor_layers
+        extractor.requires_grad_(False)
+        self.extractor = extractor.eval()
+        if config.fusion_init == "top_layers":
+            self.fusioner = copy.deepcopy(layers[len(layers) - config.fusion_layers :])
+        else:  # the backbone's own block class, weights set by the owner's _init_weights
+            self.fusioner = nn.ModuleList(type(layers[0])(encoder.config) for _ in range(config.fusion_layers))
+        self.transform = BertPredictionHeadTransform(encoder.config)
+        self.output_bias = nn.Parameter(torch.zeros(encoder.config.vocab_size))
+        # the fusioner's attention mask is built exactly as the backbone builds its own (sdpa / eager / ...)
+        self.mask_config = encoder.config
+
+    def train(self, mode: bool = True) -> "CMLMAuxiliaryNetwork":
+        super().train(mode)
+        self.extractor.eval()  # frozen features: never dropout, whatever the trainer's mode
+        return self
+
+    def forward(
+        self,
+        sentence_embeddings: torch.Tensor,
+        mlm_input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mlm_labels: torch.Tensor,
+        output_word_embeddings: torch.Tensor,
+        token_type_ids: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Conditional-MLM loss.
+
+        Args:
+            sentence_embeddings: ``(B, H)`` h from the contrastive branch (gradients flow back into it).
+            mlm_input_ids: ``(B, T)`` masked tokens x'.
+            attention_mask: ``(B, T)``.
+            mlm_labels: ``(B, T)`` original token ids on masked positions, ``-100`` elsewhere.
+            output_word_embeddings: ``(V, H)`` the encoder's input word embeddings (tied output projection).
+            token_type_ids: optional ``(B, T)``.
+        Returns:
+            scalar cross-entropy, mean over the masked positions (0 with a gradient path if none is masked).
+        """
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        with torch.no_grad():
+            lexical = self.extractor(input_ids=mlm_input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        fused = torch.cat([sentence_embeddings.unsqueeze(1).to(lexical.dtype), lexical[:, 1:]], dim=1)
+        mask = create_bidirectional_mask(config=self.mask_config, inputs_embeds=fused, attention_mask=attention_mask)
+        for layer in self.fusioner:
+            fused = layer(fused, mask)
+        # only masked positions reach the vocabulary projection: the loss ignores the rest, and V x H is the
+        # expensive matmul of the whole auxiliary network
+        selected = mlm_labels != IGNORE_INDEX
+        logits = F.linear(self.transform(fused[selected]), output_word_embeddings, self.output_bias)
+        return F.cross_entropy(logits.float(), mlm_labels[selected], reduction="sum") / selected.sum().clamp(min=1)
+
+
+class CMLMCSEForPreTraining(CMLMCSEModel):
+    """Training-time CMLM-CSE: the encoder of :class:`CMLMCSEModel` + :class:`CMLMAuxiliaryNetwork`.
+
+    ``forward`` returns the embeddings of every view (for InfoNCE) and, given ``mlm_input_ids``/``mlm_labels``, the
+    conditional-MLM loss conditioned on view 0's embedding. Without them it is the plain encoder (``encode`` works).
+    """
+
+    def __init__(self, config: CMLMCSEConfig):
+        super().__init__(config)
+        self.auxiliary = self._build_auxiliary()
+
+    def _build_auxiliary(self) -> CMLMAuxiliaryNetwork:
+        auxiliary = CMLMAuxiliaryNetwork(self.config, self.encoder)
+        fresh = [auxiliary.transform] + ([auxiliary.fusioner] if self.config.fusion_init == "random" else [])
+        for module in fresh:
+            module.apply(self._init_weights)
+        return auxiliary
+
+    @classmethod
+    def from_encoder(cls, encoder_name_or_path: str, **config_kwargs) -> "CMLMCSEForPreTraining":
+        """Pretrained backbone; the auxiliary network is rebuilt from it so the extractor is the pretrained one."""
+        model = super().from_encoder(encoder_name_or_path, **config_kwargs)
+        model.auxiliary = model._build_auxiliary()
+        return model
+
+    def sentence_encoder(self) -> CMLMCSEModel:
+        """A :class:`CMLMCSEModel` with a copy of this model's encoder (and head) weights, no auxiliary network."""
+        published = CMLMCSEModel(self.config)
+        weights = {k: v for k, v in self.state_dict().items() if not k.startswith("auxiliary.")}
+        published.load_state_dict(weights, strict=True)
+        published.tokenizer = self._tokenizer
+        return published.to(self.device).train(self.training)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        token_type_ids: Optional[torch.Tensor] = None,
+        token_weights: Optional[torch.Tensor] = None,
+        mlm_input_ids: Optional[torch.Tensor] = None,
+        mlm_labels: Optional[torch.Tensor] = None,
+    ) -> CMLMCSEPreTrainingOutput:
+        """Encode ``(B, V, T)`` views; given ``mlm_input_ids``/``mlm_labels`` ``(B, T)`` (view 0 masked), add L_MLM."""
+        output = super().forward(input_ids, attention_mask, token_type_ids, token_weights)
+        mlm_loss = None
+        if mlm_input_ids is not None:
+            if input_ids.dim() != 3 or mlm_labels is None:
+                raise ValueError("the MLM branch needs (batch, views, seq_len) inputs and mlm_labels")
+            mask = torch.ones_like(mlm_input_ids) if attention_mask is None else attention_mask[:, 0]
+            mlm_loss = self.auxiliary(
+                output.embeddings[:, 0],
+                mlm_input_ids,
+                mask,
+                mlm_labels,
+                self.encoder.get_input_embeddings().weight,
+                None if token_type_ids is None else token_type_ids[:, 0],
+            )
+        return CMLMCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, mlm_loss=mlm_loss)

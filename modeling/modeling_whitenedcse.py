@@ -1,0 +1,90 @@
+"""WhitenedCSE (Zhuo et al., 2023): SimCSE with Shuffled Group Whitening in the head and several positives.
+
+Training: tokens ``(batch, views, seq_len)`` -> encoder -> pool -> per-view backbone features; the head whitens
+``1 + num_positives`` draws of them (anchor + positives, see ``WhitenedCSEConfig.positive_source``), then applies
+linear + tanh. The multi-positive loss (``losses.py``) is computed by ``trainers.WhitenedCSETrainer``.
+
+Inference (eval mode, ``encode``): the representation chosen by ``config.inference_representation``, computed with
+running statistics only, so a sentence's vector does not depend on its batch.
+
+Example::
+
+    model = WhitenedCSEModel.from_encoder("bert-base-uncased", pooler_type="cls", group_size=384, num_positives=2)
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])  # (B, 2, T) -> (B, 3, H)
+    anchors, positives = out.embeddings[:, 0], out.embeddings[:, 1:]
+"""
+
+from typing import Optional
+
+import torch
+
+from .configuration_whitenedcse import WhitenedCSEConfig
+from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderPreTrainedModel
+from .modeling_simcse import MLPHead
+from .whitening import GroupWhitening
+
+
+class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
+    """Encoder + pooler + (whitening -> linear -> tanh) head.
+
+    In training ``forward`` returns ``embeddings`` of shape ``(batch, 1 + num_positives, hidden)``: index 0 the
+    anchor, the rest its positives; ``pooled`` keeps the ``(batch, views, hidden)`` backbone features.
+    """
+
+    config_class = WhitenedCSEConfig
+
+    def __init__(self, config: WhitenedCSEConfig):
+        super().__init__(config)
+        self.whitening = GroupWhitening(
+            config.hidden_size,
+            config.group_size,
+            kind=config.whitening,
+            eps=config.whitening_eps,
+            momentum=config.whitening_momentum,
+            differentiable=config.whitening_gradient,
+        )
+        self.mlp = MLPHead(config.hidden_size)
+        self.post_init()
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Inference representation of pooled ``(n, hidden)`` features (see ``config.inference_representation``)."""
+        if self.training:
+            raise RuntimeError("WhitenedCSEModel.head is the inference path; training goes through forward")
+        representation = self.config.inference_representation
+        if representation == "pooled":
+            return pooled
+        whitened = self.whitening(pooled)
+        return whitened if representation == "whitened" else self.mlp(whitened)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        token_type_ids: Optional[torch.Tensor] = None,
+        token_weights: Optional[torch.Tensor] = None,
+    ) -> SentenceEmbeddingOutput:
+        """Eval mode: ``(batch[, views], seq_len)`` -> sentence vectors. Training: ``(batch, views, seq_len)`` with
+        ``config.num_views`` views -> anchor + positives ``(batch, 1 + num_positives, hidden)``."""
+        if not self.training:
+            return super().forward(input_ids, attention_mask, token_type_ids, token_weights)
+        views = self.config.num_views
+        if input_ids.dim() != 3 or input_ids.shape[1] != views:
+            raise ValueError(
+                f"WhitenedCSE training expects input_ids of shape (batch, {views}, seq_len) for positive_source="
+                f"{self.config.positive_source!r}, got {tuple(input_ids.shape)}"
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+
+        def flat(tensor):
+            return None if tensor is None else tensor.reshape(-1, tensor.shape[-1])
+
+        batch = input_ids.shape[0]
+        pooled = self.pool_tokens(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(token_weights))
+        pooled = pooled.reshape(batch, views, -1)
+        draws = pooled.transpose(0, 1)  # (views, batch, hidden)
+        if self.config.positive_source == "sgw":
+            # anchor: one draw of view 0; positives: num_positives independent draws of view 1
+            draws = torch.cat([draws[:1], draws[1:2].expand(self.config.num_positives, -1, -1)])
+        embeddings = self.mlp(self.whitening(draws))  # (1 + num_positives, batch, hidden)
+        return SentenceEmbeddingOutput(embeddings=embeddings.transpose(0, 1), pooled=pooled)

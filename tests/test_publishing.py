@@ -1,0 +1,226 @@
+"""Publishing: model cards equal the recorded JSON, the Hub upload set loads without csekit or pickle, and
+sentence-transformers exports give the same embeddings as ``model.encode``."""
+
+import importlib.util
+import json
+import shutil
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from sentence_transformers import SentenceTransformer
+from transformers import BertModel
+
+from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
+from modeling import MODEL_CLASSES, SimCSEConfig, SimCSEModel
+from trainers.cli import main as csekit
+from trainers.data import DataError
+from trainers.hub import files_to_push, push_to_hub
+from trainers.model_card import FAMILY_TEMPLATES, MODEL_CARDS_DIR, render_model_card, write_model_card
+from trainers.recipe import CSETrainingArguments, DataArguments, parse_recipe_args, run_recipe
+from trainers.st_export import export_sentence_transformers
+from trainers.sts import STS_TASKS
+from trainers.trainer import SimCSETrainer
+
+_spec = importlib.util.spec_from_file_location("simcse_recipe", REPO_ROOT / "recipes" / "simcse.py")
+simcse_recipe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(simcse_recipe)
+
+SENTENCES = ["A cat sits on the mat.", "Markets rallied after the announcement of lower rates.", "hi", "Why?"]
+# tiny-config adjustments some methods need (their defaults assume a 12-layer, 768-wide backbone)
+TINY_OVERRIDES = {"csekit-whitenedcse": {"group_size": 16}, "csekit-cmlm-cse": {"extractor_layers": 1, "fusion_layers": 1}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matrices: one thread is ~3x faster than two on the busy 2-core test machine (measured on STS12)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tokenizer, data_dir):
+    """A tiny SimCSE trained for 2 steps by the real recipe runner, test-scored, with its card and figure."""
+    root = tmp_path_factory.mktemp("publishing")
+    backbone = root / "backbone"
+    BertModel(tiny_bert_config(max_position_embeddings=512)).save_pretrained(backbone)
+    tokenizer.save_pretrained(backbone)
+    corpus = root / "wiki.txt"
+    corpus.write_text("\n".join((data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt").read_text().splitlines()[:32]))
+    output = root / "tiny-simcse"
+    argv = ["--model_name_or_path", str(backbone), "--pooler_type", "cls", "--train_file", str(corpus),
+            "--output_dir", str(output), "--per_device_train_batch_size", "8", "--max_steps", "2",
+            "--eval_steps", "2", "--save_steps", "2", "--learning_rate", "1e-4", "--seed", "3"]
+    run_recipe(*parse_recipe_args((simcse_recipe.SimCSEArguments, DataArguments, CSETrainingArguments), argv),
+               simcse_recipe.build_model, SimCSETrainer)
+    # the figure's evaluation on the first 600 STS-B train pairs (38 positives) keeps the test fast
+    small = root / "data" / "senteval" / "downstream" / "STS" / "STSBenchmark"
+    small.mkdir(parents=True)
+    train = data_dir / "senteval" / "downstream" / "STS" / "STSBenchmark" / "sts-train.csv"
+    (small / "sts-train.csv").write_text("\n".join(train.read_text().splitlines()[:600]) + "\n")
+    write_model_card(output, figure="always", data_dir=root / "data")
+    return output
+
+
+def table_row(card_text: str, label: str) -> list:
+    line = next(line for line in card_text.splitlines() if line.startswith(f"| {label}"))
+    return [cell.strip() for cell in line.strip().strip("|").split("|")][1:]
+
+
+def test_card_cells_and_metadata_equal_the_recorded_json(trained):
+    record = json.loads((trained / "eval_results.json").read_text())
+    arguments = json.loads((trained / "training_args.json").read_text())
+    card = ModelCard.load(trained / "README.md")
+    cells = table_row(card.text, "**this model**")
+    assert [float(cell) for cell in cells] == [record["sts"][task] for task in (*STS_TASKS, "avg")]
+    assert {r.dataset_name: r.metric_value for r in card.data.eval_results} == {t: record["sts"][t] for t in STS_TASKS}
+    # the figure was drawn by this evaluation and its numbers are the card's
+    assert (trained / "alignment_uniformity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("alignment", "uniformity"):
+        assert table_row(card.text, name) == [f"{record['geometry'][name]:.4f}"]
+    assert table_row(card.text, "learning_rate")[0] == f"`{arguments['training_args']['learning_rate']}`"
+    assert table_row(card.text, "max_steps")[0] == "`2`" and table_row(card.text, "pooler_type")[0] == "`cls`"
+    assert card.data.library_name == "transformers" and "simcse" in card.data.tags and card.data.license
+    assert "@inproceedings{gao2021simcse" in card.text
+    assert table_row(card.text, "SimCSE-BERT-base, unsup. (paper)")[-1] == "76.25"
+    assert "training_args.bin" not in card.text  # arguments come from the JSON twin
+
+
+def test_every_model_class_has_a_family_card_and_exact_st_export(tmp_path, trained, tokenizer):
+    record = (trained / "eval_results.json").read_text()
+    for model_class in MODEL_CLASSES:
+        config_class = model_class.config_class
+        assert (MODEL_CARDS_DIR / FAMILY_TEMPLATES[config_class.model_type]).is_file()
+        config = config_class(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
+                              pooler_type="avg_first_last", **TINY_OVERRIDES.get(config_class.model_type, {}))
+        folder = tmp_path / config_class.model_type
+        model = model_class(config).eval()
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "eval_results.json").write_text(record)
+        text = str(render_model_card(folder))
+        assert f"({config_class.model_type}, class\n`{model_class.__name__}`)" in text
+        assert "(paper) |" in text and "```bibtex\n@" in text
+        result = export_sentence_transformers(folder, tmp_path / f"st-{config_class.model_type}")
+        assert result["layout"] == "remote-code" and result["max_abs_difference"] <= 1e-5
+        model.tokenizer = tokenizer
+        exported = SentenceTransformer(result["out_dir"], trust_remote_code=True, device="cpu")
+        np.testing.assert_allclose(exported.encode(SENTENCES), model.encode(SENTENCES), atol=1e-5)
+
+
+@pytest.mark.parametrize("pooler", ["cls", "avg"])
+def test_simcse_plain_export_loads_without_custom_code(tmp_path, tokenizer, pooler):
+    model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
+                                     pooler_type=pooler)).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    model.tokenizer = tokenizer
+    assert csekit(["export-st", str(tmp_path / "model"), str(tmp_path / "st")]) == 0
+    assert json.loads((tmp_path / "st" / "modules.json").read_text())[0]["type"].startswith("sentence_transformers.")
+    exported = SentenceTransformer(str(tmp_path / "st"), device="cpu")  # no trust_remote_code
+    np.testing.assert_allclose(exported.encode(SENTENCES), model.encode(SENTENCES), atol=1e-5)
+
+
+def test_remote_code_export_loads_where_csekit_is_absent(tmp_path, trained):
+    export_sentence_transformers(trained, tmp_path / "st", layout="remote-code")
+    np.save(tmp_path / "expected.npy", SimCSEModel.from_pretrained(trained).encode(SENTENCES))
+    code = (
+        "import numpy as np\nfrom sentence_transformers import SentenceTransformer\n"
+        f"model = SentenceTransformer({str(tmp_path / 'st')!r}, trust_remote_code=True, device='cpu')\n"
+        f"got = model.encode({SENTENCES!r})\n"
+        f"assert np.abs(got - np.load({str(tmp_path / 'expected.npy')!r})).max() <= 1e-5\nprint('ok')\n"
+    )
+    result = run_isolated_python(code, tmp_path)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained):
+    assert (trained / "training_args.bin").is_file() and any(trained.glob("checkpoint-*"))
+    api = mock.MagicMock()
+    commit, files = push_to_hub(trained, "someone/tiny-simcse", private=True, api=api)
+    assert files == sorted([
+        "README.md", "alignment_uniformity.png", "config.json", "configuration_encoder.py", "configuration_simcse.py",
+        "encoding.py", "eval_results.json", "model.safetensors", "modeling_encoder.py", "modeling_simcse.py",
+        "pooling.py", "tokenizer.json", "tokenizer_config.json", "training_args.json",
+    ])
+    api.create_repo.assert_called_once_with("someone/tiny-simcse", repo_type="model", private=True, exist_ok=True)
+    upload = api.upload_folder.call_args.kwargs
+    assert upload["repo_id"] == "someone/tiny-simcse" and upload["allow_patterns"] == files
+    assert 'AutoModel.from_pretrained("someone/tiny-simcse"' in (trained / "README.md").read_text()
+    # what upload_folder would send, after its own filtering, loads with transformers alone and never unpickles
+    from huggingface_hub.utils import filter_repo_objects
+
+    every_file = [str(p.relative_to(trained)) for p in trained.rglob("*") if p.is_file()]
+    uploaded = sorted(filter_repo_objects(every_file, allow_patterns=upload["allow_patterns"]))
+    assert uploaded == files
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in uploaded:
+        shutil.copy(trained / name, repo / name)
+    np.save(tmp_path / "expected.npy", SimCSEModel.from_pretrained(trained).encode(SENTENCES))
+    code = (
+        "import numpy as np, torch\nfrom transformers import AutoModel\n"
+        "torch.load = None  # any unpickling attempt fails loudly\n"
+        f"model = AutoModel.from_pretrained({str(repo)!r}, trust_remote_code=True)\n"
+        f"got = model.encode({SENTENCES!r})\n"
+        f"assert np.abs(got - np.load({str(tmp_path / 'expected.npy')!r})).max() <= 1e-6\nprint('ok')\n"
+    )
+    result = run_isolated_python(code, tmp_path)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_cli_card_and_dry_run(trained, capsys):
+    assert csekit(["card", str(trained), "--figure", "never", "--repo-id", "org/name"]) == 0
+    assert 'AutoModel.from_pretrained("org/name"' in (trained / "README.md").read_text()
+    capsys.readouterr()
+    assert csekit(["push", str(trained), "org/name", "--dry-run"]) == 0
+    assert capsys.readouterr().out.split() == files_to_push(trained)
+
+
+def test_bad_inputs_fail_with_one_clear_error(tmp_path, trained, capsys):
+    incomplete = tmp_path / "incomplete"
+    shutil.copytree(trained, incomplete, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (incomplete / "README.md").unlink()
+    with pytest.raises(DataError, match="no model card"):
+        files_to_push(incomplete)
+    config = json.loads((incomplete / "config.json").read_text())
+    del config["auto_map"]
+    (incomplete / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DataError, match="auto_map"):
+        files_to_push(incomplete)
+    with pytest.raises(DataError, match="namespace/name"):
+        push_to_hub(trained, "no-namespace", api=mock.MagicMock())
+    (incomplete / "eval_results.json").write_text(json.dumps({"sts": {"STS12": 1.0}}))
+    with pytest.raises(DataError, match="lacks STS13"):
+        render_model_card(incomplete)
+    with pytest.raises(DataError, match="already exists"):
+        export_sentence_transformers(trained, trained)
+    first_last = tmp_path / "first_last"
+    SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
+                             pooler_type="avg_first_last")).save_pretrained(first_last)
+    shutil.copy(trained / "tokenizer.json", first_last)
+    shutil.copy(trained / "tokenizer_config.json", first_last)
+    assert csekit(["export-st", str(first_last), str(tmp_path / "st"), "--layout", "plain"]) == 2
+    assert "no plain sentence-transformers equivalent" in capsys.readouterr().err
+    assert not (tmp_path / "st").exists()
+    assert csekit(["card", str(tmp_path / "missing")]) == 2
+    assert "not a model folder" in capsys.readouterr().err
+
+
+def test_comparison_section_is_replaced_and_other_sections_kept(tmp_path):
+    spec = importlib.util.spec_from_file_location("compare", REPO_ROOT / "benchmarks" / "compare.py")
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\n## Speed\n\nfast\n\n## Comparison\n\nold table\n\n## Quality\n\ngood\n")
+    compare.replace_section(results, "## Comparison\n\nnew table\n")
+    text = results.read_text()
+    assert "old table" not in text and text.count("## Comparison") == 1 and text.endswith("new table\n")
+    assert "## Speed\n\nfast" in text and "## Quality\n\ngood" in text
+    seeds = [dict.fromkeys([task for task, _ in compare.STS_COLUMNS] + ["avg"], value) for value in (2.0, 4.0)]
+    row = compare.table_row("X", [42, 43], seeds, {"geometry": {"alignment": 0.25, "uniformity": -2.5}}, [10.0, 20.0])
+    assert row == "| X | " + "3.00 | " * 7 + "3.00 ± 1.41 | – | – | 0.250 | -2.500 | 15 | 42 43 |"

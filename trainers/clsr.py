@@ -1,0 +1,278 @@
+"""CLSR training (Qiu, Ding & Chen): positive pairs, cached frozen-encoder vectors, and the head trainer.
+
+The backbone is frozen, so its pooled vectors are computed once (``trainers.embedding_cache``) and every epoch
+trains only the MLP encoder ``e`` and the projection head ``h`` on those vectors with NT-Xent (eq. 1), LARS, 10
+warm-up epochs and cosine decay. STS-B dev is scored on cached vectors as well, so model selection costs
+milliseconds.
+
+Why not ``transformers.Trainer``: a step here is a few small matrix products on an in-memory tensor; batches are
+index slices of that tensor, not collated examples. Trainer's per-step machinery (DataLoader sampling and
+collation of 512 items, callbacks, accelerate wrappers, checkpoint-based best-model selection) would cost more
+than the step itself, and its checkpoints would hold the training module instead of the model that is saved.
+
+Positive pairs never include a sentence of the STS-B test or SICK-R test sets: such pairs are dropped (and
+counted) when the corpus is built, and :meth:`CLSRTrainer.train` re-checks the final training sentences.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import nn
+from tqdm.auto import trange
+from transformers import get_cosine_schedule_with_warmup
+
+from modeling.losses import nt_xent_loss
+
+from .data import DataError, read_pairs, resolve_data_dir, resolve_data_file
+from .lars import LARS, lars_param_groups
+from .sts import STSEvaluator, load_sts_task
+
+logger = logging.getLogger(__name__)
+
+CLSR_DATA_SOURCES = ("nli", "stsb")
+NLI_PAIRS_FILE = "nli/snli_devtest_pairs.tsv"
+STSB_MIN_SCORE = 4.0
+HELD_OUT_TASKS = ("STSBenchmark", "SICKRelatedness")  # their test splits never enter training
+
+
+def normalize_sentence(sentence: str) -> str:
+    """Case- and whitespace-insensitive form used to compare training sentences with test sentences."""
+    return " ".join(sentence.lower().split())
+
+
+def read_nli_entailment_pairs(path) -> tuple:
+    """``(premises, hypotheses)`` of the entailment rows of a ``split<TAB>premise<TAB>hypothesis<TAB>label`` file."""
+    first, second = [], []
+    with open(path, encoding="utf-8") as handle:
+        header = handle.readline().rstrip("\r\n").split("\t")
+        if header != ["split", "premise", "hypothesis", "label"]:
+            raise DataError(f"{path}:1: header is {header!r}, expected split, premise, hypothesis, label")
+        for number, line in enumerate(handle, start=2):
+            fields = line.rstrip("\r\n").split("\t")
+            if len(fields) != 4:
+                raise DataError(f"{path}:{number}: {len(fields)} tab-separated field(s), expected 4")
+            if fields[3] == "entailment":
+                first.append(fields[1].strip())
+                second.append(fields[2].strip())
+    return first, second
+
+
+def load_positive_pairs(source: str, data_dir: Optional[str] = None) -> tuple:
+    """``(sent0, sent1)`` lists of positive pairs.
+
+    Args:
+        source: ``nli`` (SNLI dev+test entailment pairs in the data folder), ``stsb`` (STS-B *train* pairs scored
+            above 4), or a CSV file with header ``sent0,sent1`` (a ``hard_neg`` column is ignored).
+    """
+    if source == "nli":
+        return read_nli_entailment_pairs(resolve_data_file(NLI_PAIRS_FILE, data_dir))
+    if source == "stsb":
+        train = load_sts_task(resolve_data_dir(data_dir), "STSBenchmark", "train")
+        keep = train.scores > STSB_MIN_SCORE
+        return ([s for s, k in zip(train.sentences1, keep) if k], [s for s, k in zip(train.sentences2, keep) if k])
+    if not source.endswith(".csv"):
+        raise DataError(f"train_data {source!r}: use one of {', '.join(CLSR_DATA_SOURCES)} or a .csv (sent0,sent1)")
+    columns = read_pairs(resolve_data_file(source, data_dir))
+    if "hard_neg" in columns:
+        logger.info("%s: the hard_neg column is not used by CLSR (positives only)", source)
+    return columns["sent0"], columns["sent1"]
+
+
+def held_out_test_sentences(data_dir: Optional[str] = None) -> set:
+    """Normalized sentences of the STS-B test and SICK-R test sets."""
+    folder = resolve_data_dir(data_dir)
+    held_out = set()
+    for task in HELD_OUT_TASKS:
+        pairs = load_sts_task(folder, task, "test")
+        held_out.update(normalize_sentence(s) for s in pairs.sentences1 + pairs.sentences2)
+    return held_out
+
+
+def assert_disjoint_from_test(sentences: Sequence[str], held_out: set) -> None:
+    """Raise :class:`DataError` if any training sentence is an STS-B test / SICK-R test sentence."""
+    leaked = [s for s in sentences if normalize_sentence(s) in held_out]
+    if leaked:
+        raise DataError(f"{len(leaked)} training sentence(s) come from STS-B test / SICK-R test, e.g. {leaked[0]!r}")
+
+
+@dataclass
+class PairCorpus:
+    """Positive pairs over a list of unique sentences (each sentence is pooled and cached once).
+
+    Args:
+        sentences: unique training sentences.
+        pairs: ``(num_pairs, 2)`` int64 row indices into ``sentences``.
+        dropped: pairs removed because a sentence belongs to a held-out test set.
+    """
+
+    sentences: list
+    pairs: torch.Tensor
+    dropped: int = 0
+
+
+def build_pair_corpus(first: Sequence[str], second: Sequence[str], held_out: set) -> PairCorpus:
+    """Drop pairs that touch a held-out test sentence, then index the remaining pairs by unique sentence."""
+    if len(first) != len(second):
+        raise DataError(f"{len(first)} first sentences but {len(second)} second sentences")
+    index, rows = {}, []
+    dropped = 0
+    for a, b in zip(first, second):
+        if normalize_sentence(a) in held_out or normalize_sentence(b) in held_out:
+            dropped += 1
+            continue
+        rows.append((index.setdefault(a, len(index)), index.setdefault(b, len(index))))
+    if dropped:
+        logger.info("dropped %d pair(s) containing an STS-B test / SICK-R test sentence", dropped)
+    if not rows:
+        raise DataError("no positive pairs left after removing held-out test sentences")
+    return PairCorpus(list(index), torch.tensor(rows, dtype=torch.long), dropped)
+
+
+class CachedSTSEvaluator:
+    """An :class:`~trainers.sts.STSEvaluator` over pooled vectors computed once (e.g. by the embedding cache).
+
+    Call with ``transform`` (``(n, hidden) -> (n, d)``, e.g. the model's MLP ``e``) to score ``transform(pooled)``,
+    or with ``None`` to score the frozen encoder alone.
+    """
+
+    def __init__(self, evaluator: STSEvaluator, pooled: torch.Tensor):
+        sentences = evaluator.sentences()
+        if pooled.shape[0] != len(sentences):
+            raise ValueError(f"{pooled.shape[0]} vectors for {len(sentences)} evaluation sentences")
+        self.evaluator = evaluator
+        self.pooled = pooled
+        self.rows = {sentence: row for row, sentence in enumerate(sentences)}
+
+    def __call__(self, transform: Optional[Callable] = None) -> dict:
+        def embed(sentences):
+            vectors = self.pooled[torch.as_tensor([self.rows[s] for s in sentences])]
+            if transform is not None:
+                with torch.no_grad():
+                    vectors = transform(vectors.to(next(transform.parameters()).device)).float().cpu()
+            return vectors.numpy()
+
+        return self.evaluator(embed)
+
+
+@dataclass
+class CLSRTrainingArguments:
+    """Head-training hyper-parameters; defaults are the paper's (Sec. 4.1)."""
+
+    output_dir: str = field(default="outputs/clsr", metadata={"help": "Where the model and results go."})
+    num_train_epochs: int = field(default=2000, metadata={"help": "Epochs over the positive pairs."})
+    per_device_train_batch_size: int = field(
+        default=512, metadata={"help": "Positive pairs per batch (2x sentences); a partial last batch is dropped."}
+    )
+    learning_rate: float = field(default=0.5, metadata={"help": "Peak LARS learning rate."})
+    weight_decay: float = field(default=1e-4, metadata={"help": "LARS weight decay (not on biases)."})
+    warmup_epochs: int = field(default=10, metadata={"help": "Linear warm-up epochs before the cosine decay."})
+    lars_momentum: float = field(default=0.9, metadata={"help": "LARS momentum."})
+    lars_trust_coefficient: float = field(default=0.001, metadata={"help": "LARS trust coefficient eta."})
+    eval_epochs: int = field(
+        default=100, metadata={"help": "Score STS-B dev every N epochs (and after the last); the best e is kept."}
+    )
+    seed: int = field(default=42, metadata={"help": "Seed for the head initialisation and the pair shuffling."})
+
+
+class CLSRTrainer:
+    """Trains ``model.mlp`` (``e``) and a fresh linear projection ``h`` on cached pooled vectors.
+
+    Args:
+        model: a :class:`~modeling.CLSRModel`; only ``model.mlp`` is updated (in place).
+        args: :class:`CLSRTrainingArguments`.
+        train_vectors: ``(num_sentences, hidden)`` pooled vectors of ``corpus.sentences``.
+        corpus: the positive pairs.
+        held_out: normalized test sentences that must not be in the corpus.
+        dev_evaluator: optional :class:`CachedSTSEvaluator` on STS-B dev for model selection.
+    """
+
+    def __init__(self, model, args: CLSRTrainingArguments, train_vectors: torch.Tensor, corpus: PairCorpus,
+                 held_out: set, dev_evaluator: Optional[CachedSTSEvaluator] = None):
+        if train_vectors.shape[0] != len(corpus.sentences):
+            raise ValueError(f"{train_vectors.shape[0]} vectors for {len(corpus.sentences)} sentences")
+        if len(corpus.pairs) < args.per_device_train_batch_size:
+            raise DataError(f"{len(corpus.pairs)} positive pairs, fewer than one batch of "
+                            f"{args.per_device_train_batch_size}; lower --per_device_train_batch_size")
+        if args.num_train_epochs < 1 or args.eval_epochs < 1 or args.warmup_epochs < 0:
+            raise DataError("num_train_epochs and eval_epochs must be >= 1, warmup_epochs >= 0")
+        self.model = model
+        self.args = args
+        self.corpus = corpus
+        self.held_out = held_out
+        self.dev_evaluator = dev_evaluator
+        self.device = next(model.mlp.parameters()).device
+        self.train_vectors = train_vectors.to(self.device)
+
+    def train(self) -> dict:
+        """Run all epochs; restores the best-dev ``e`` (the last one without a dev evaluator) and returns a log."""
+        assert_disjoint_from_test(self.corpus.sentences, self.held_out)
+        args, mlp = self.args, self.model.mlp
+        torch.manual_seed(args.seed)
+        size = mlp.dense_out.out_features
+        projection = nn.Linear(size, size).to(self.device)  # h: training only, never saved
+        trainable = nn.ModuleDict({"mlp": mlp, "projection": projection}).train()
+        optimizer = LARS(lars_param_groups(trainable, args.weight_decay), lr=args.learning_rate,
+                         momentum=args.lars_momentum, trust_coefficient=args.lars_trust_coefficient)
+        batch = args.per_device_train_batch_size
+        steps_per_epoch = len(self.corpus.pairs) // batch
+        scheduler = get_cosine_schedule_with_warmup(
+            optimizer, args.warmup_epochs * steps_per_epoch, args.num_train_epochs * steps_per_epoch
+        )
+        generator = torch.Generator().manual_seed(args.seed)
+        temperature = self.model.config.temperature
+        pairs = self.corpus.pairs.to(self.device)
+        history, best = [], {"epoch": None, "dev": -float("inf"), "state": None}
+        epoch_losses = []
+        start = time.perf_counter()
+        progress = trange(args.num_train_epochs, desc="CLSR epochs")
+        for epoch in progress:
+            order = torch.randperm(len(pairs), generator=generator).to(self.device)
+            total = torch.zeros((), device=self.device)
+            for step in range(steps_per_epoch):
+                rows = pairs[order[step * batch : (step + 1) * batch]].T.reshape(-1)  # all sent0, then all sent1
+                projected = projection(mlp(self.train_vectors[rows]))
+                loss = nt_xent_loss(projected[:batch], projected[batch:], temperature)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                total += loss.detach()
+            epoch_losses.append(total / steps_per_epoch)
+            last = epoch + 1 == args.num_train_epochs
+            if (epoch + 1) % args.eval_epochs == 0 or last:
+                record = {"epoch": epoch + 1, "loss": float(torch.stack(epoch_losses).mean()),
+                          "lr": scheduler.get_last_lr()[0], "seconds": round(time.perf_counter() - start, 1)}
+                epoch_losses = []
+                if self.dev_evaluator is not None:
+                    mlp.eval()
+                    record["dev_STSBenchmark"] = self.dev_evaluator(mlp)["STSBenchmark"]
+                    mlp.train()
+                    if record["dev_STSBenchmark"] > best["dev"]:
+                        best = {"epoch": epoch + 1, "dev": record["dev_STSBenchmark"],
+                                "state": {k: v.detach().clone() for k, v in mlp.state_dict().items()}}
+                history.append(record)
+                progress.set_postfix({k: v for k, v in record.items() if k in ("loss", "dev_STSBenchmark")})
+                logger.info("%s", record)
+        train_seconds = time.perf_counter() - start
+        if best["state"] is not None:
+            mlp.load_state_dict(best["state"])
+        mlp.eval()
+        return {"history": history, "best_epoch": best["epoch"], "best_dev_STSBenchmark": best["dev"]
+                if best["state"] is not None else None, "steps": steps_per_epoch * args.num_train_epochs,
+                "train_seconds": round(train_seconds, 1)}
+
+
+__all__ = [
+    "CLSR_DATA_SOURCES",
+    "CLSRTrainer",
+    "CLSRTrainingArguments",
+    "CachedSTSEvaluator",
+    "PairCorpus",
+    "assert_disjoint_from_test",
+    "build_pair_corpus",
+    "held_out_test_sentences",
+    "load_positive_pairs",
+]

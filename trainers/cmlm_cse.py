@@ -1,0 +1,131 @@
+"""CMLM-CSE training: the masking collator, the contrastive-side augmentations of the paper's Table 3, the trainer.
+
+Paper: Zhang & Chen, "CMLM-CSE: Based on Conditional MLM Contrastive Learning for Sentence Embeddings".
+
+Inputs: one unsupervised sentence per example. :class:`CMLMCSECollator` returns the two SimCSE views
+``input_ids (B, 2, T)`` (view 0 is always the original sentence; optional augmentation touches view 1 only, the
+"contrastive side") plus view 0 masked for the MLM side, ``mlm_input_ids (B, T)`` and ``mlm_labels (B, T)``
+(-100 on unmasked positions). :class:`CMLMCSETrainer` trains a :class:`~modeling.CMLMCSEForPreTraining` with
+``L = contrastive_weight * L_contrast + mlm_weight * L_MLM`` and logs ``loss_contrastive`` and ``loss_mlm``.
+
+Example::
+
+    model = CMLMCSEForPreTraining.from_encoder(path, pooler_type="avg", extractor_layers=4, fusion_layers=2)
+    trainer = CMLMCSETrainer(model=model, args=args, train_dataset=wiki,
+                             data_collator=CMLMCSECollator(tokenizer, max_length=32, mask_rate=0.15),
+                             processing_class=tokenizer, sts_evaluator=STSEvaluator(data_dir, ["STSBenchmark"], "dev"))
+    trainer.train()
+    trainer.save_model("out")  # the encoder + pooler only; checkpoints keep the auxiliary network
+"""
+
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from transformers import DataCollatorForLanguageModeling
+from transformers.trainer import TRAINING_ARGS_NAME
+
+from .collators import ContrastiveCollator
+from .data import DataError
+from .trainer import SimCSETrainer
+
+CONTRASTIVE_AUGMENTATIONS = ("none", "word_repetition", "drop_one_word")
+
+
+@dataclass
+class WordRepetition:
+    """Repeat ``rate`` of the words of each sentence in place (paper: "repeating 32% of the words").
+
+    The sentence is split on whitespace; ``max(1, round(rate * n_words))`` distinct words are duplicated.
+    """
+
+    rate: float = 0.32
+
+    def __call__(self, sentences: list, view_index: int) -> list:
+        augmented = []
+        for sentence in sentences:
+            words = sentence.split()
+            repeated = set(random.sample(range(len(words)), max(1, round(self.rate * len(words))))) if words else ()
+            augmented.append(" ".join(f"{word} {word}" if i in repeated else word for i, word in enumerate(words)))
+        return augmented
+
+
+@dataclass
+class DropOneWord:
+    """Delete one random word of each sentence (sentences of one word are kept as they are)."""
+
+    def __call__(self, sentences: list, view_index: int) -> list:
+        augmented = []
+        for sentence in sentences:
+            words = sentence.split()
+            if len(words) > 1:
+                del words[random.randrange(len(words))]
+            augmented.append(" ".join(words))
+        return augmented
+
+
+def contrastive_augmentation(name: str, word_repetition_rate: float = 0.32):
+    """The collator ``augment`` callable for a Table 3 setting (``None`` for ``"none"``)."""
+    if name not in CONTRASTIVE_AUGMENTATIONS:
+        choices = ", ".join(CONTRASTIVE_AUGMENTATIONS)
+        raise DataError(f"unknown contrastive augmentation {name!r}; choose one of {choices}")
+    if name == "word_repetition":
+        if not 0 < word_repetition_rate <= 1:
+            raise DataError(f"word_repetition_rate must be in (0, 1], got {word_repetition_rate}")
+        return WordRepetition(word_repetition_rate)
+    return DropOneWord() if name == "drop_one_word" else None
+
+
+@dataclass
+class CMLMCSECollator(ContrastiveCollator):
+    """:class:`ContrastiveCollator` (two views) + view 0 masked with BERT's 80/10/10 rule.
+
+    Args:
+        mask_rate: probability that a non-special token is selected (special and padding tokens never are).
+
+    Returns the parent's ``(B, 2, T)`` tensors plus ``mlm_input_ids`` and ``mlm_labels`` of shape ``(B, T)``.
+    """
+
+    mask_rate: float = 0.15
+    masker: DataCollatorForLanguageModeling = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if not 0 < self.mask_rate < 1:
+            raise DataError(f"mask_rate must be in (0, 1), got {self.mask_rate}")
+        if self.tokenizer.mask_token is None:
+            raise DataError(f"{type(self.tokenizer).__name__} has no mask token: CMLM-CSE needs one")
+        self.masker = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.mask_rate)
+
+    def __call__(self, features: list) -> dict:
+        batch = super().__call__(features)
+        batch["mlm_input_ids"], batch["mlm_labels"] = self.masker.torch_mask_tokens(batch["input_ids"][:, 0].clone())
+        return batch
+
+
+class CMLMCSETrainer(SimCSETrainer):
+    """Trains :class:`~modeling.CMLMCSEForPreTraining`: SimCSE's InfoNCE + ``mlm_weight`` x conditional MLM.
+
+    Checkpoints hold the whole training model (auxiliary network included, so ``resume_from_checkpoint`` restores
+    fusioner, head and their optimizer state); the final :meth:`save_model` writes only the publishable encoder.
+    """
+
+    def compute_losses(self, model, outputs, inputs) -> dict:
+        config = self.accelerator.unwrap_model(model).config
+        contrastive = super().compute_losses(model, outputs, inputs)["contrastive"]
+        if outputs.mlm_loss is None:
+            raise DataError("CMLM-CSE batches need mlm_input_ids/mlm_labels: use CMLMCSECollator")
+        total = config.contrastive_weight * contrastive + config.mlm_weight * outputs.mlm_loss
+        return {"loss": total, "contrastive": contrastive, "mlm": outputs.mlm_loss}
+
+    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
+        if _internal_call:  # a training checkpoint: keep the auxiliary network
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        if self.args.should_save:
+            os.makedirs(output_dir, exist_ok=True)
+            self.accelerator.unwrap_model(self.model).sentence_encoder().save_pretrained(output_dir)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))

@@ -1,0 +1,161 @@
+"""On-disk cache of pooled sentence vectors from a frozen encoder (CLSR trains only a head on top of them).
+
+A cache entry is one safetensors file ``<cache_dir>/<key>.safetensors`` holding ``(n, hidden)`` float32 vectors.
+``key`` hashes the *model fingerprint* (every backbone weight, the backbone config, the tokenizer, pooler, pooling
+layers and max length) and the *data fingerprint* (the exact sentence list, in order). The file's metadata repeats
+both fingerprints, the shape and a sha256 of the tensor bytes, and every load re-checks all of them: an unreadable
+(e.g. truncated) file, a file whose fingerprints do not match (copied, renamed, format change) or whose bytes do
+not match the checksum is rebuilt, never used. Writes go to a temporary file first and are renamed into place, so
+an interrupted run leaves no half-written entry.
+
+Example::
+
+    cache = EmbeddingCache("~/.cache/csekit/embeddings")
+    entry = cache.get(model, sentences, batch_size=128)   # CLSRModel (or any model with encode_pooled)
+    entry.vectors.shape, entry.status                      # (n, hidden), "hit" | "built" | "rebuilt (...)"
+"""
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = "csekit-embedding-cache-v1"
+DEFAULT_CACHE_DIR = Path(os.environ.get("CSEKIT_CACHE_DIR", Path.home() / ".cache" / "csekit" / "embeddings"))
+
+
+def _tensor_digest(tensor: torch.Tensor) -> str:
+    return hashlib.sha256(tensor.detach().cpu().contiguous().view(torch.uint8).numpy()).hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """The tokenizer's vocabulary and pipeline, without its truncation/padding state (which each call resets)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    pipeline = json.loads(backend.to_str())
+    pipeline.pop("truncation", None)
+    pipeline.pop("padding", None)
+    return json.dumps(pipeline, sort_keys=True)
+
+
+def model_fingerprint(model, max_length: Optional[int] = None) -> str:
+    """sha256 over everything that changes a pooled vector: backbone weights + config, tokenizer, pooling."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.encoder.state_dict().items()):
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(_tensor_digest(tensor).encode())
+    digest.update(model.config.encoder_config.to_json_string(use_diff=False).encode())
+    digest.update(tokenizer_fingerprint(model.tokenizer).encode())
+    pooling = {
+        "pooler_type": model.config.pooler_type,
+        "layers": model.config.resolved_pooling_layers,
+        "max_length": max_length or model.config.max_length,
+    }
+    digest.update(json.dumps(pooling, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def data_fingerprint(sentences: Sequence[str]) -> str:
+    """sha256 of the sentence list (order matters: row i of the cache is sentence i)."""
+    digest = hashlib.sha256(str(len(sentences)).encode())
+    for sentence in sentences:
+        encoded = sentence.encode("utf-8")
+        digest.update(len(encoded).to_bytes(8, "little") + encoded)
+    return digest.hexdigest()
+
+
+@dataclass
+class CachedEmbeddings:
+    """``vectors``: ``(n, hidden)`` float32; ``status``: ``hit``, ``built`` or ``rebuilt (<reason>)``."""
+
+    vectors: torch.Tensor
+    path: Path
+    status: str
+
+
+class EmbeddingCache:
+    """Pooled-vector cache keyed by (model, pooling, data); see the module docstring for the checks."""
+
+    def __init__(self, cache_dir=None):
+        self.cache_dir = Path(cache_dir or DEFAULT_CACHE_DIR).expanduser()
+
+    def path_for(self, model_key: str, data_key: str) -> Path:
+        key = hashlib.sha256(f"{CACHE_FORMAT}|{model_key}|{data_key}".encode()).hexdigest()[:40]
+        return self.cache_dir / f"{key}.safetensors"
+
+    def get(
+        self,
+        model,
+        sentences: Sequence[str],
+        batch_size: int = 128,
+        max_length: Optional[int] = None,
+        show_progress_bar: Optional[bool] = None,
+    ) -> CachedEmbeddings:
+        """Vectors of ``sentences`` under ``model``'s frozen encoder: from the cache if valid, else computed+stored.
+
+        ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled`` (:class:`~modeling.CLSRModel`).
+        """
+        sentences = list(sentences)
+        expected = {
+            "format": CACHE_FORMAT,
+            "model_fingerprint": model_fingerprint(model, max_length),
+            "data_fingerprint": data_fingerprint(sentences),
+            "rows": str(len(sentences)),
+        }
+        path = self.path_for(expected["model_fingerprint"], expected["data_fingerprint"])
+        reason = None
+        if path.exists():
+            vectors, reason = self._load(path, expected)
+            if reason is None:
+                return CachedEmbeddings(vectors, path, "hit")
+            logger.warning("embedding cache %s is invalid (%s); rebuilding it", path, reason)
+        vectors = model.encode_pooled(
+            sentences, batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
+        ).float().clone()  # clone: a normal tensor, not an inference-mode one (those cannot enter autograd graphs)
+        self._store(path, vectors, expected)
+        return CachedEmbeddings(vectors, path, "built" if reason is None else f"rebuilt ({reason})")
+
+    @staticmethod
+    def _load(path: Path, expected: dict):
+        """``(vectors, None)`` for a valid entry, else ``(None, reason)``."""
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+                vectors = handle.get_tensor("vectors")
+        except Exception as error:  # truncated or garbled files raise various safetensors/OS errors
+            return None, f"unreadable: {type(error).__name__}"
+        for field, value in expected.items():
+            if metadata.get(field) != value:
+                return None, f"{field} differs"
+        rows, dim = int(expected["rows"]), metadata.get("dim")
+        if vectors.dim() != 2 or vectors.shape[0] != rows or str(vectors.shape[1]) != dim:
+            return None, f"shape {tuple(vectors.shape)} does not match the metadata"
+        if _tensor_digest(vectors) != metadata.get("sha256"):
+            return None, "checksum mismatch"
+        return vectors, None
+
+    def _store(self, path: Path, vectors: torch.Tensor, expected: dict) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        metadata = {**expected, "dim": str(vectors.shape[1]), "sha256": _tensor_digest(vectors)}
+        handle, temporary = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
+        os.close(handle)
+        try:
+            save_file({"vectors": vectors}, temporary, metadata=metadata)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+
+
+__all__ = ["CachedEmbeddings", "EmbeddingCache", "data_fingerprint", "model_fingerprint"]

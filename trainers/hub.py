@@ -1,0 +1,112 @@
+"""Publish a csekit model folder to the Hugging Face Hub: exactly the files needed to load it, nothing pickled.
+
+The upload set is the folder's top level only (checkpoints stay local): safetensors weights, ``config.json`` with
+its ``auto_map``, the model code files that ``auto_map`` names (with their same-folder imports), the tokenizer, the
+model card, ``eval_results.json``, and the JSON training arguments and card figure when present. ``*.bin`` /
+``training_args.bin`` / optimizer states are never uploaded, so loading the repository never unpickles anything.
+
+    files = files_to_push("outputs/simcse")           # validate + list, no network
+    push_to_hub("outputs/simcse", "me/simcse-minilm")  # create_repo + upload_folder(allow_patterns=files)
+"""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from huggingface_hub import HfApi, constants
+
+from .data import DataError
+from .geometry_figure import FIGURE_FILE
+from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
+
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
+    "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+)
+OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE)
+
+
+def code_files(folder: Path, auto_map: dict) -> list:
+    """The ``.py`` files behind ``auto_map`` plus the same-folder modules they import (transitively)."""
+    pending = [reference.split(".")[0] + ".py" for reference in auto_map.values()]
+    found = []
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        if not (folder / name).is_file():
+            raise DataError(f"{folder}: config.json auto_map needs {name}, which is missing (re-save the model)")
+        found.append(name)
+        for line in (folder / name).read_text().splitlines():
+            words = line.split()
+            if len(words) > 2 and words[0] == "from" and words[1].startswith(".") and words[1] != ".":
+                pending.append(words[1].lstrip(".") + ".py")
+    return sorted(found)
+
+
+def files_to_push(model_dir) -> list:
+    """Check that ``model_dir`` is a complete, pickle-free csekit folder and list the files to upload.
+
+    Raises :class:`DataError` naming the first missing piece (weights, ``auto_map``, code, tokenizer, card,
+    ``eval_results.json``).
+    """
+    folder = Path(model_dir)
+    if not (folder / "config.json").is_file():
+        raise DataError(f"{folder}: not a model folder (no config.json)")
+    config = json.loads((folder / "config.json").read_text())
+    auto_map = config.get("auto_map") or {}
+    if "AutoModel" not in auto_map or "AutoConfig" not in auto_map:
+        raise DataError(f"{folder}/config.json has no auto_map for AutoConfig/AutoModel; save it with csekit "
+                        "(import modeling first) so it loads with trust_remote_code")
+    weights = sorted(path.name for path in folder.glob("*.safetensors"))
+    if not weights:
+        raise DataError(f"{folder}: no *.safetensors weights (pickled weights are never uploaded)")
+    if len(weights) > 1 or not (folder / "model.safetensors").is_file():
+        index = folder / "model.safetensors.index.json"
+        if not index.is_file():
+            raise DataError(f"{folder}: sharded weights without model.safetensors.index.json")
+        weights.append(index.name)
+    tokenizer = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if "tokenizer_config.json" not in tokenizer:
+        raise DataError(f"{folder}: no tokenizer (tokenizer_config.json); save the tokenizer next to the model")
+    if not (folder / "README.md").is_file():
+        raise DataError(f"{folder}: no model card (README.md); run `csekit card {folder}`")
+    load_eval_record(folder)
+    optional = [name for name in OPTIONAL_FILES if (folder / name).is_file()]
+    files = weights + ["config.json"] + code_files(folder, auto_map) + tokenizer + ["README.md", RESULTS_FILE]
+    return sorted(set(files + optional))
+
+
+def push_to_hub(
+    model_dir,
+    repo_id: str,
+    private: bool = False,
+    refresh_card: bool = True,
+    commit_message: str = "Upload csekit model",
+    api: Optional[HfApi] = None,
+):
+    """Create ``repo_id`` (if needed) and upload the folder's publishable files in one commit.
+
+    Args:
+        refresh_card: re-render README.md with ``repo_id`` in the loading snippets (keeps an existing figure).
+        api: an :class:`HfApi` (default: one using the saved token / ``HF_TOKEN``).
+    Returns:
+        ``(commit_info, files)``.
+    """
+    if "/" not in repo_id or repo_id.count("/") > 1:
+        raise DataError(f"repo id must look like 'namespace/name', got {repo_id!r}")
+    if constants.is_offline_mode():
+        raise DataError("HF_HUB_OFFLINE is set, so the Hub cannot be reached; unset it to push")
+    if refresh_card:
+        write_model_card(model_dir, repo_id=repo_id, figure="never")
+    files = files_to_push(model_dir)
+    api = api or HfApi()
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    commit = api.upload_folder(
+        repo_id=repo_id, repo_type="model", folder_path=str(model_dir), allow_patterns=files,
+        commit_message=commit_message,
+    )
+    return commit, files
+
+
+__all__ = ["files_to_push", "push_to_hub"]

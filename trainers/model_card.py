@@ -1,0 +1,224 @@
+"""Model cards for csekit model folders, rendered from what the folder records about itself.
+
+Every reproduced number comes from the folder's ``eval_results.json`` (written by the recipe runner and by the
+card's own geometry evaluation); hyperparameters come from ``config.json`` and ``training_args.json`` (the JSON
+twin of ``training_args.bin`` written by :func:`trainers.recipe.run_recipe`; the pickle is never read). The
+papers' numbers live in the per-family templates of ``model_cards/`` as the *paper* rows, with their source.
+
+    card = render_model_card("outputs/simcse", repo_id="me/simcse-minilm")   # a huggingface_hub.ModelCard
+    write_model_card("outputs/simcse")                                          # README.md (+ figure if missing)
+"""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import jinja2
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import AutoConfig
+
+from modeling import SentenceEncoderConfig
+
+from .data import DataError
+from .encoders import EMBEDDED_MODELS, load_embedder
+from .geometry_figure import FIGURE_FILE, alignment_uniformity_figure
+from .sts import STS_TASKS
+
+MODEL_CARDS_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+FAMILY_TEMPLATES = {
+    "csekit-simcse": "simcse.md",
+    "csekit-whitenedcse": "whitenedcse.md",
+    "csekit-cmlm-cse": "cmlm_cse.md",
+    "csekit-clsr": "clsr.md",
+}
+GENERIC_TEMPLATE = "generic.md"
+STS_COLUMNS = (
+    ("STS12", "STS12"), ("STS13", "STS13"), ("STS14", "STS14"), ("STS15", "STS15"), ("STS16", "STS16"),
+    ("STSBenchmark", "STS-B"), ("SICKRelatedness", "SICK-R"), ("avg", "Avg."),
+)
+# Hub copies of the STS test sets (MTEB's), named in the card's model-index so the results are linkable
+STS_HUB_DATASETS = {
+    "STS12": "mteb/sts12-sts", "STS13": "mteb/sts13-sts", "STS14": "mteb/sts14-sts", "STS15": "mteb/sts15-sts",
+    "STS16": "mteb/sts16-sts", "STSBenchmark": "mteb/stsbenchmark-sts", "SICKRelatedness": "mteb/sickr-sts",
+}
+# training-data names (substrings of the recipe's data arguments) -> Hub dataset ids for the card metadata
+TRAINING_DATASETS = {"wiki1m": "princeton-nlp/datasets-for-simcse", "nli": "stanfordnlp/snli", "stsb": "mteb/stsbenchmark-sts"}
+TRAINING_KEYS = (
+    "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+    "warmup_steps", "warmup_ratio", "weight_decay", "lr_scheduler_type", "eval_steps", "metric_for_best_model",
+    "bf16", "fp16", "seed",
+)
+RESULTS_FILE = "eval_results.json"
+ARGUMENTS_FILE = "training_args.json"
+COMPARISON_FILE = "comparison.md"
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: not valid JSON ({error})") from None
+
+
+def load_eval_record(model_dir) -> dict:
+    """The folder's ``eval_results.json``; it must hold all 7 STS test scores and their average."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise DataError(f"{model_dir}: not a model folder (no config.json)")
+    path = Path(model_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; train with a csekit recipe or run `csekit evaluate {model_dir} "
+                        f"--output {path}` first")
+    record = read_json(path)
+    missing = [task for task in (*STS_TASKS, "avg") if task not in record.get("sts", {})]
+    if missing:
+        raise DataError(f"{path}: 'sts' lacks {', '.join(missing)}")
+    return record
+
+
+def method_config_fields(config: SentenceEncoderConfig) -> dict:
+    """The csekit fields of a config (pooling and method settings), without the nested backbone config."""
+    names = []
+    for cls in reversed(type(config).__mro__):
+        if isinstance(cls, type) and issubclass(cls, SentenceEncoderConfig):
+            names.extend(name for name in cls.__dict__.get("__annotations__", {}) if name not in names)
+    return {name: getattr(config, name) for name in names if name != "encoder_config"}
+
+
+def hyperparameter_rows(config: SentenceEncoderConfig, arguments: Optional[dict]) -> list:
+    """``(name, value, source)`` rows: the config's method fields, then the recipe arguments not already shown."""
+    fields = method_config_fields(config)
+    rows = [(name, value, "config.json") for name, value in fields.items()]
+    if arguments:
+        for name, value in arguments.get("model_args", {}).items():
+            if name not in fields:
+                rows.append((name, value, "training_args.json (model)"))
+        for name, value in arguments.get("data_args", {}).items():
+            rows.append((name, value, "training_args.json (data)"))
+        training = arguments.get("training_args", {})
+        rows.extend((name, training[name], "training_args.json") for name in TRAINING_KEYS if name in training)
+    return rows
+
+
+def base_model_id(arguments: Optional[dict]) -> Optional[str]:
+    """The backbone's Hub id when the recipe started from one (a local folder has none)."""
+    name = (arguments or {}).get("model_args", {}).get("model_name_or_path")
+    if name in EMBEDDED_MODELS:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+    if not name or name.startswith((".", "/")) or Path(name).exists() or name.count("/") > 1:
+        return None
+    return name
+
+
+def training_datasets(arguments: Optional[dict]) -> Optional[list]:
+    values = " ".join(str(value) for value in (arguments or {}).get("data_args", {}).values())
+    found = [dataset for key, dataset in TRAINING_DATASETS.items() if key in values]
+    return found or None
+
+
+def other_result_rows(record: dict) -> list:
+    """``(name, formatted value)`` for the non-STS suites present in the record."""
+    rows = []
+    for suite in ("transfer", "clustering"):
+        if "avg" in record.get(suite, {}):
+            rows.append((f"{suite} avg (accuracy x 100)", f"{record[suite]['avg']:.2f}"))
+    for name in ("alignment", "uniformity", "isoscore"):
+        if name in record.get("geometry", {}):
+            rows.append((name, f"{record['geometry'][name]:.4f}"))
+    return rows
+
+
+def build_card_data(title: str, config, record: dict, arguments: Optional[dict], license: str) -> ModelCardData:
+    method = config.model_type.removeprefix("csekit-")
+    eval_results = [
+        EvalResult(
+            task_type="sentence-similarity", task_name="Semantic Textual Similarity",
+            dataset_type=STS_HUB_DATASETS[task], dataset_name=task, dataset_split="test",
+            metric_type="spearman", metric_name="Spearman correlation of cosine similarity (x100)",
+            metric_value=record["sts"][task],
+        )
+        for task in STS_TASKS
+    ]
+    return ModelCardData(
+        model_name=title, library_name="transformers", pipeline_tag="feature-extraction", license=license,
+        tags=["csekit", method, "sentence-embeddings", "sentence-similarity", "custom_code"],
+        base_model=base_model_id(arguments), datasets=training_datasets(arguments), eval_results=eval_results,
+    )
+
+
+def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "apache-2.0") -> ModelCard:
+    """Render the card of a csekit model folder (nothing is written).
+
+    Args:
+        model_dir: folder with ``config.json`` and ``eval_results.json`` (``training_args.json``,
+            ``alignment_uniformity.png`` and ``comparison.md`` are used when present).
+        repo_id: Hub id shown in the loading snippets; default ``<your-namespace>/<folder name>``.
+        license: the card's license (that of the backbone's weights).
+    """
+    folder = Path(model_dir)
+    record = load_eval_record(folder)
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    if not isinstance(config, SentenceEncoderConfig):
+        raise DataError(f"{folder}: model_type {config.model_type!r} is not a csekit model")
+    arguments = read_json(folder / ARGUMENTS_FILE) if (folder / ARGUMENTS_FILE).is_file() else None
+    short_name = (repo_id or folder.resolve().name).split("/")[-1]
+    repo_id = repo_id or f"<your-namespace>/{short_name}"
+    encoder = config.encoder_config
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(MODEL_CARDS_DIR), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    )
+    template = environment.get_template(FAMILY_TEMPLATES.get(config.model_type, GENERIC_TEMPLATE))
+    comparison = folder / COMPARISON_FILE
+    content = template.render(
+        card_data=build_card_data(short_name, config, record, arguments, license).to_yaml(),
+        title=short_name,
+        repo_id=repo_id,
+        short_name=short_name,
+        model_type=config.model_type,
+        class_name=(config.architectures or ["?"])[0],
+        backbone=f"{encoder.model_type} ({encoder.num_hidden_layers} layers, hidden {encoder.hidden_size})",
+        pooler=config.pooler_type,
+        hyperparameters=hyperparameter_rows(config, arguments),
+        training_seconds=record.get("wall_seconds"),
+        sts_columns=STS_COLUMNS,
+        sts=record["sts"],
+        base_sts=record.get("base_sts"),
+        other_results=other_result_rows(record),
+        figure=FIGURE_FILE if (folder / FIGURE_FILE).is_file() else None,
+        comparison=comparison.read_text().strip() if comparison.is_file() else None,
+    )
+    return ModelCard(content)
+
+
+def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128) -> dict:
+    """Encode with the folder's model, draw ``alignment_uniformity.png`` and record the numbers in
+    ``eval_results.json`` under ``geometry`` (other geometry entries, e.g. IsoScore, are kept)."""
+    from .data import resolve_data_dir
+
+    folder = Path(model_dir)
+    record = load_eval_record(folder)
+    embed, _ = load_embedder(str(folder), batch_size=batch_size)
+    numbers = alignment_uniformity_figure(embed, resolve_data_dir(data_dir), folder / FIGURE_FILE)
+    record["geometry"] = {**record.get("geometry", {}), **numbers}
+    (folder / RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    return numbers
+
+
+def write_model_card(
+    model_dir, repo_id: Optional[str] = None, license: str = "apache-2.0", figure: str = "missing", data_dir=None
+) -> Path:
+    """(Re)write ``README.md`` in the folder; ``figure``: ``missing`` (draw it if absent), ``always``, ``never``."""
+    if figure not in ("missing", "always", "never"):
+        raise DataError(f"figure must be missing, always or never, not {figure!r}")
+    folder = Path(model_dir)
+    load_eval_record(folder)  # fail on a bad folder before any encoding
+    if figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file()):
+        evaluate_figure(folder, data_dir)
+    path = folder / "README.md"
+    path.write_text(str(render_model_card(folder, repo_id, license)))
+    return path
+
+
+__all__ = [
+    "FAMILY_TEMPLATES", "MODEL_CARDS_DIR", "evaluate_figure", "load_eval_record", "render_model_card",
+    "write_model_card",
+]

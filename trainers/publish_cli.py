@@ -1,0 +1,103 @@
+"""``csekit card``, ``csekit push`` and ``csekit export-st``: publishing a trained model folder.
+
+    csekit card MODEL_DIR [--repo-id ORG/NAME] [--license L] [--figure missing|always|never] [--data-dir DIR]
+    csekit push MODEL_DIR ORG/NAME [--private] [--keep-card] [--dry-run]
+    csekit export-st MODEL_DIR OUT_DIR [--layout auto|plain|remote-code] [--overwrite]
+"""
+
+from .data import DataError
+
+
+def add_card_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "card",
+        help="(Re)generate README.md, the model card, of a csekit model folder from its recorded results.",
+        description="Render the model card of MODEL_DIR from config.json, training_args.json and eval_results.json "
+        "(every reproduced number comes from that file) with the method family's template in model_cards/. The "
+        "alignment/uniformity figure is drawn by encoding the STS-B train sentences when it is missing.",
+    )
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="A csekit model folder with eval_results.json.")
+    parser.add_argument("--repo-id", default=None, help="Hub id used in the card's loading snippets.")
+    parser.add_argument("--license", default="apache-2.0", help="License in the card metadata (that of the weights).")
+    parser.add_argument(
+        "--figure", default="missing", choices=("missing", "always", "never"),
+        help="Draw alignment_uniformity.png (and record its numbers in eval_results.json): when missing, always "
+        "(re-evaluate), or never.",
+    )
+    parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data).")
+    parser.set_defaults(handler=run_card)
+
+
+def run_card(args) -> int:
+    from .model_card import write_model_card
+
+    path = write_model_card(args.model_dir, args.repo_id, args.license, args.figure, args.data_dir)
+    print(f"wrote {path}")
+    return 0
+
+
+def add_push_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "push",
+        help="Upload a csekit model folder to the Hugging Face Hub (safetensors only, code, tokenizer, card, results).",
+        description="Create REPO_ID if needed and upload, in one commit, the top-level files needed to load MODEL_DIR "
+        "with AutoModel.from_pretrained(REPO_ID, trust_remote_code=True): *.safetensors, config.json (with auto_map), "
+        "the model code files, the tokenizer, README.md, eval_results.json, and training_args.json / "
+        "alignment_uniformity.png when present. Pickles (*.bin, training_args.bin) and checkpoints are never "
+        "uploaded. Uses the token saved by `hf auth login` or $HF_TOKEN.",
+    )
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="A csekit model folder with eval_results.json.")
+    parser.add_argument("repo_id", metavar="REPO_ID", help="Target repository, 'namespace/name'.")
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    parser.add_argument(
+        "--keep-card", action="store_true",
+        help="Upload README.md as it is instead of re-rendering it with REPO_ID in the loading snippets.",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="Validate and list the files; upload nothing.")
+    parser.set_defaults(handler=run_push)
+
+
+def run_push(args) -> int:
+    from .hub import files_to_push, push_to_hub
+
+    if args.dry_run:
+        print("\n".join(files_to_push(args.model_dir)))
+        return 0
+    commit, files = push_to_hub(args.model_dir, args.repo_id, private=args.private, refresh_card=not args.keep_card)
+    print(f"uploaded {len(files)} files to {args.repo_id}: {getattr(commit, 'commit_url', commit)}")
+    return 0
+
+
+def add_export_st_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export-st",
+        help="Write a sentence-transformers version of a csekit model (embeddings checked equal to 1e-5).",
+        description="Make MODEL_DIR loadable with SentenceTransformer(OUT_DIR). The 'plain' layout (Transformer + "
+        "Pooling, no custom code) is used when the model is a backbone with last-layer [CLS]/mean pooling and no "
+        "inference head; otherwise 'remote-code' ships the csekit model with a small sentence-transformers module "
+        "(load with trust_remote_code=True). The export compares both models' embeddings of probe sentences and "
+        "writes nothing unless they agree to 1e-5.",
+    )
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="A csekit model folder.")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="Folder to create.")
+    parser.add_argument("--layout", default="auto", choices=("auto", "plain", "remote-code"),
+                        help="auto: plain when possible, else remote-code.")
+    parser.add_argument("--overwrite", action="store_true", help="Replace OUT_DIR if it exists.")
+    parser.set_defaults(handler=run_export_st)
+
+
+def run_export_st(args) -> int:
+    try:
+        import sentence_transformers  # noqa: F401  (an optional dependency)
+    except ImportError:
+        raise DataError("export-st needs sentence-transformers: pip install 'csekit[bench]'") from None
+    from .st_export import export_sentence_transformers
+
+    result = export_sentence_transformers(args.model_dir, args.out_dir, args.layout, args.overwrite)
+    trust = ", trust_remote_code=True" if result["layout"] == "remote-code" else ""
+    print(f"wrote {result['out_dir']} ({result['layout']} layout, max |difference| {result['max_abs_difference']:.1e}); "
+          f"load with SentenceTransformer({result['out_dir']!r}{trust})")
+    return 0
+
+
+__all__ = ["add_card_parser", "add_export_st_parser", "add_push_parser"]

@@ -1,0 +1,142 @@
+"""Export a csekit model folder as a sentence-transformers model with identical embeddings.
+
+Two layouts:
+
+* ``plain``: a standard ``Transformer`` + ``Pooling`` folder (no custom code, ``SentenceTransformer(folder)``),
+  possible when the model's inference path is the backbone followed by [CLS] or mean pooling of the last layer
+  with no head (SimCSE with ``avg`` / ``cls_before_pooler`` / ``cls`` + ``mlp_only_train``, and any other class
+  whose inference head is the identity);
+* ``remote-code``: the csekit model itself (weights, ``auto_map`` code, tokenizer) driven by the
+  :class:`~trainers.csekit_st.CSEKitEncoder` module shipped in the folder; works for every csekit model and loads
+  with ``SentenceTransformer(folder, trust_remote_code=True)``.
+
+``auto`` picks ``plain`` when possible. Either way the export encodes probe sentences with both models and
+refuses to finish unless every embedding matches ``model.encode`` to ``1e-5``; the folder is built next to
+``out_dir`` and moved into place only then, so a failed export leaves nothing half-written.
+"""
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from modeling import SentenceEncoderPreTrainedModel
+
+from .data import DataError
+from .encoders import resolve_model_path
+
+LAYOUTS = ("auto", "plain", "remote-code")
+ST_MODULE_FILE = Path(__file__).with_name("csekit_st.py")
+PLAIN_POOLING = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
+PROBE_SENTENCES = (
+    "A man is playing a guitar.",
+    "Two dogs run across a snowy field while their owner watches from the porch.",
+    "stocks fell sharply on monday",
+    "Is this the right way to the station?",
+    "The committee, after a long and occasionally heated discussion about the budget, postponed the vote.",
+    "ok",
+)
+TOLERANCE = 1e-5
+
+
+def load_csekit_model(model_dir) -> SentenceEncoderPreTrainedModel:
+    path = resolve_model_path(str(model_dir))
+    model = AutoModel.from_pretrained(path, local_files_only=True)
+    if not isinstance(model, SentenceEncoderPreTrainedModel):
+        raise DataError(f"{model_dir}: not a csekit model (model_type {model.config.model_type!r})")
+    model.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model.eval()
+
+
+def plain_layout_possible(model: SentenceEncoderPreTrainedModel) -> bool:
+    """Whether inference is backbone -> last-layer [CLS] or mean -> identity head (so ST's own modules suffice)."""
+    if model.config.pooler_type not in PLAIN_POOLING:
+        return False
+    probe = torch.randn(3, model.config.hidden_size)
+    with torch.inference_mode():
+        return torch.equal(model.head(probe), probe)
+
+
+def max_seq_length(model: SentenceEncoderPreTrainedModel) -> Optional[int]:
+    """The truncation ``encode`` applies: the config's ``max_length`` or the tokenizer's model maximum."""
+    if model.config.max_length:
+        return model.config.max_length
+    limit = model.tokenizer.model_max_length
+    return limit if limit < 10**6 else None  # tokenizers without a maximum report a huge sentinel
+
+
+def build_plain(model: SentenceEncoderPreTrainedModel, work_dir: Path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    backbone_dir = work_dir / "backbone"
+    model.encoder.save_pretrained(backbone_dir)
+    model.tokenizer.save_pretrained(backbone_dir)
+    transformer = Transformer(str(backbone_dir), max_seq_length=max_seq_length(model))
+    pooling = Pooling(model.config.hidden_size, pooling_mode=PLAIN_POOLING[model.config.pooler_type])
+    return SentenceTransformer(modules=[transformer, pooling], device="cpu")
+
+
+def build_remote_code(model: SentenceEncoderPreTrainedModel, dimension: int):
+    from sentence_transformers import SentenceTransformer
+
+    from .csekit_st import CSEKitEncoder
+
+    module = CSEKitEncoder(model, model.tokenizer, max_seq_length=model.config.max_length, embedding_dimension=dimension)
+    return SentenceTransformer(modules=[module], device="cpu")
+
+
+def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overwrite: bool = False) -> dict:
+    """Write ``out_dir`` as a sentence-transformers model of the csekit model in ``model_dir``.
+
+    Returns:
+        ``{"layout": "plain" | "remote-code", "max_abs_difference": float, "out_dir": str}``.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    if layout not in LAYOUTS:
+        raise DataError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise DataError(f"{out_dir} already exists (pass --overwrite to replace it)")
+    model = load_csekit_model(model_dir)
+    can_be_plain = plain_layout_possible(model)
+    if layout == "plain" and not can_be_plain:
+        raise DataError(f"{model_dir}: pooler {model.config.pooler_type!r} / its head have no plain "
+                        "sentence-transformers equivalent; use --layout remote-code")
+    chosen = "plain" if layout == "plain" or (layout == "auto" and can_be_plain) else "remote-code"
+    expected = model.encode(list(PROBE_SENTENCES), convert_to_numpy=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as work:
+        staged = Path(work) / "model"
+        if chosen == "plain":
+            build_plain(model, Path(work)).save(str(staged), create_model_card=False)
+        else:
+            build_remote_code(model, expected.shape[1]).save(str(staged), create_model_card=False)
+            shutil.copy(ST_MODULE_FILE, staged / ST_MODULE_FILE.name)
+            modules = json.loads((staged / "modules.json").read_text())
+            modules[0]["type"] = f"{ST_MODULE_FILE.stem}.CSEKitEncoder"  # the copy in the folder, not csekit's
+            (staged / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+        card = Path(model_dir) / "README.md"
+        if card.is_file():
+            shutil.copy(card, staged / "README.md")
+        loaded = SentenceTransformer(str(staged), device="cpu", local_files_only=True,
+                                     trust_remote_code=chosen == "remote-code")
+        actual = loaded.encode(list(PROBE_SENTENCES), convert_to_numpy=True)
+        difference = float(np.abs(actual - expected).max()) if actual.shape == expected.shape else float("inf")
+        if not difference <= TOLERANCE:
+            raise DataError(f"export check failed: sentence-transformers embeddings differ from model.encode by "
+                            f"{difference:.2e} (> {TOLERANCE:g}); nothing was written")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        shutil.move(str(staged), out_dir)
+    return {"layout": chosen, "max_abs_difference": difference, "out_dir": str(out_dir)}
+
+
+__all__ = ["LAYOUTS", "export_sentence_transformers", "plain_layout_possible"]
