@@ -16,9 +16,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
+from common import emit
 from torch import nn
 from transformers import AutoTokenizer
 
@@ -118,11 +118,7 @@ def main(argv=None):
         f"Speed-up per epoch: **{recompute_epoch / cached_epoch:.0f}x**; over {args.target_epochs} epochs including "
         f"the cache build: **{recompute_total / cached_total:.0f}x**.",
     ]
-    table = "\n".join(lines)
-    print(table)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(table + "\n")
+    emit("\n".join(lines), args.output)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import emit
+
 PAPER_TABLES = {
     "2": {"w/o MLM loss": "--mlm_weight 0", "w/o contrastive loss": "--contrastive_weight 0", "full": ""},
     "3": {"word repetition 32%": "--contrastive_augmentation word_repetition --word_repetition_rate 0.32",
@@ -97,11 +99,7 @@ def main(argv=None):
     for r in records:
         lines.append(f"| {r['name']} | `{r['flags'] or '(base)'}` | {r['dev']:.2f} | {r['best_step']} | "
                      f"{r['loss_contrastive']} | {r['loss_mlm']} | {r['wall_seconds']} |")
-    table = "\n".join(lines)
-    print(table)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(table + "\n")
+    emit("\n".join(lines), args.markdown)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
+from common import emit
 from datasets import Dataset
 from transformers import AutoTokenizer, TrainingArguments
 
@@ -109,11 +109,7 @@ def main(argv=None):
         f"Train step ratio CMLM-CSE / SimCSE (medians): **{median['CMLM-CSE'] / median['SimCSE']:.2f}x**; "
         f"published-model inference ratio: {median_inference['CMLM-CSE'] / median_inference['SimCSE']:.2f}x.",
     ]
-    table = "\n".join(lines)
-    print(table)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(table + "\n")
+    emit("\n".join(lines), args.output)
 
 
 if __name__ == "__main__":

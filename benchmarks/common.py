@@ -4,6 +4,8 @@ import os
 import platform
 import statistics
 import time
+from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -44,3 +46,11 @@ class Stopwatch:
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.start
+
+
+def emit(table: str, output: Optional[str] = None) -> None:
+    """Print a result table and, when ``output`` is given, write it there too."""
+    print(table)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(table + "\n")

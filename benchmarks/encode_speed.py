@@ -9,9 +9,9 @@ Rounds alternate between the two so background load hits both equally; the embed
 import argparse
 
 import numpy as np
+from common import Stopwatch, interleaved, machine_description, median
 from sentence_transformers import SentenceTransformer
 
-from common import Stopwatch, interleaved, machine_description, median
 from modeling import SimCSEModel
 from trainers.data import resolve_data_dir
 from trainers.encoders import embedded_minilm_path

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import emit
+
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
 SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
 
@@ -64,11 +66,7 @@ def main(argv=None):
     header = "| run | " + " | ".join(SHORT.get(t, t) for t in TASKS) + " | wall s |"
     lines = [f"Command: `python benchmarks/seeds.py {shlex.join(argv if argv is not None else sys.argv[1:])}`", "",
              header, "|---|" + "---:|" * (len(TASKS) + 1), *format_rows(args.name, records)]
-    table = "\n".join(lines)
-    print(table)
-    if args.table:
-        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.table).write_text(table + "\n")
+    emit("\n".join(lines), args.table)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ import argparse
 import tempfile
 import time
 
+from common import interleaved, machine_description, median
 from datasets import Dataset
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-from sentence_transformers.losses import MultipleNegativesRankingLoss
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from transformers import AutoTokenizer, TrainerCallback
 
-from common import interleaved, machine_description, median
 from modeling import SimCSEModel
 from trainers.collators import ContrastiveCollator
 from trainers.data import read_sentences, resolve_data_dir

@@ -24,6 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from common import emit
 from seeds import SHORT, TASKS, run_seed
 
 PRESETS = {
@@ -116,11 +117,7 @@ def main(argv=None):
         "|---|---:|" + "---:|" * len(TASKS),
         *rows,
     ]
-    table = "\n".join(lines)
-    print(table)
-    if args.table:
-        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.table).write_text(table + "\n")
+    emit("\n".join(lines), args.table)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from .configuration_whitenedcse import WhitenedCSEConfig
-from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderPreTrainedModel
+from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderPreTrainedModel, flatten_views
 from .modeling_simcse import MLPHead
 from .whitening import GroupWhitening
 
@@ -75,12 +75,8 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
             )
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-
-        def flat(tensor):
-            return None if tensor is None else tensor.reshape(-1, tensor.shape[-1])
-
         batch = input_ids.shape[0]
-        pooled = self.pool_tokens(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(token_weights))
+        pooled = self.pool_tokens(*map(flatten_views, (input_ids, attention_mask, token_type_ids, token_weights)))
         pooled = pooled.reshape(batch, views, -1)
         draws = pooled.transpose(0, 1)  # (views, batch, hidden)
         if self.config.positive_source == "sgw":
