@@ -138,8 +138,10 @@ def test_remote_code_export_loads_where_csekit_is_absent(tmp_path, trained):
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
 
 
-def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained):
+def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, monkeypatch):
     assert (trained / "training_args.bin").is_file() and any(trained.glob("checkpoint-*"))
+    # tests/run.sh runs offline; the upload itself is mocked, so let push past its offline guard
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     api = mock.MagicMock()
     commit, files = push_to_hub(trained, "someone/tiny-simcse", private=True, api=api)
     assert files == sorted([
@@ -224,3 +226,12 @@ def test_comparison_section_is_replaced_and_other_sections_kept(tmp_path):
     seeds = [dict.fromkeys([task for task, _ in compare.STS_COLUMNS] + ["avg"], value) for value in (2.0, 4.0)]
     row = compare.table_row("X", [42, 43], seeds, {"geometry": {"alignment": 0.25, "uniformity": -2.5}}, [10.0, 20.0])
     assert row == "| X | " + "3.00 | " * 7 + "3.00 ± 1.41 | – | – | 0.250 | -2.500 | 15 | 42 43 |"
+
+
+def test_push_refuses_in_offline_mode_before_touching_the_hub(trained, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    api = mock.MagicMock()
+    with pytest.raises(DataError, match="HF_HUB_OFFLINE is set"):
+        push_to_hub(trained, "someone/tiny-simcse", api=api)
+    api.create_repo.assert_not_called()
+    api.upload_folder.assert_not_called()
