@@ -1,6 +1,6 @@
 """CLSR: training the head on cached pooled vectors vs recomputing the frozen encoder every epoch.
 
-    flock /tmp/csekit-heavy.lock python benchmarks/clsr_cache_speed.py [--model all-MiniLM-L6-v2]
+    python benchmarks/clsr_cache_speed.py [--model all-MiniLM-L6-v2]
         [--train_data stsb] [--batch_size 512] [--cached_epochs 20] [--recompute_epochs 2] [--rounds 2]
         [--target_epochs 2000] [--torch_threads N] [--output benchmarks/results/clsr_cache_speed.md]
 

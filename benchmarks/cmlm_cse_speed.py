@@ -13,6 +13,7 @@ import argparse
 import shlex
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -57,7 +58,8 @@ def main(argv=None):
     cmlm = CMLMCSEForPreTraining.from_encoder(str(model_path), pooler_type=args.pooler,
                                               extractor_layers=args.extractor_layers, fusion_layers=args.fusion_layers,
                                               mask_rate=args.mask_rate)
-    training_args = TrainingArguments(output_dir="/tmp/cmlm_cse_speed", report_to="none", use_cpu=True,
+    # the trainers are only used for compute_loss; nothing is saved, so a throwaway folder will do
+    training_args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="cmlm_cse_speed-"), report_to="none", use_cpu=True,
                                       remove_unused_columns=False)
     dummy = Dataset.from_dict({"sent0": sentences[:8]})
     methods = {

@@ -1,6 +1,6 @@
 """The csekit comparison report: every method from the same base model, data, steps and seeds, in one table.
 
-    flock /tmp/csekit-heavy.lock python benchmarks/compare.py [--methods simcse,whitenedcse,cmlm_cse,clsr,extraction]
+    python benchmarks/compare.py [--methods simcse,whitenedcse,cmlm_cse,clsr,extraction]
         [--seeds 42 43 44] [--no-train] [--suites transfer,clustering,geometry] [--cards]
 
 * SimCSE, WhitenedCSE and CMLM-CSE train with their recipes under ``recipes/configs/minilm_compare.yaml`` (the

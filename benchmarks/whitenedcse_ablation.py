@@ -1,6 +1,6 @@
 """Run a WhitenedCSE ablation grid with recipes/whitenedcse.py and write a markdown table (STS-B dev + 7 STS tests).
 
-    flock /tmp/csekit-heavy.lock python benchmarks/whitenedcse_ablation.py --preset table3 --seeds 42 \
+    python benchmarks/whitenedcse_ablation.py --preset table3 --seeds 42 \
         --output-root outputs/whitenedcse_ablation --table benchmarks/results/whitenedcse_table3.md \
         -- --config recipes/configs/minilm_compare.yaml --group_size 192
 

@@ -1,6 +1,6 @@
 """Training step time of WhitenedCSE vs SimCSE at the same backbone, batch and length, measured in one process.
 
-    flock /tmp/csekit-heavy.lock python benchmarks/whitenedcse_speed.py [--model all-MiniLM-L6-v2] [--pooler avg]
+    python benchmarks/whitenedcse_speed.py [--model all-MiniLM-L6-v2] [--pooler avg]
         [--batch-size 64] [--max-length 32] [--steps 8] [--warmup 2] [--group-size 192] [--num-positives 2]
         [--positive-source sgw] [--output benchmarks/results/whitenedcse_speed.md]
 
