@@ -59,8 +59,8 @@ def main(argv=None):
                                               extractor_layers=args.extractor_layers, fusion_layers=args.fusion_layers,
                                               mask_rate=args.mask_rate)
     # the trainers are only used for compute_loss; nothing is saved, so a throwaway folder will do
-    training_args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="cmlm_cse_speed-"), report_to="none", use_cpu=True,
-                                      remove_unused_columns=False)
+    training_args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="cmlm_cse_speed-"), report_to="none",
+                                      use_cpu=True, remove_unused_columns=False)
     dummy = Dataset.from_dict({"sent0": sentences[:8]})
     methods = {
         "SimCSE": (simcse, SimCSETrainer, ContrastiveCollator(tokenizer, max_length=args.max_length)),
