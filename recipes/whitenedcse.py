@@ -16,11 +16,10 @@ temperature 0.05, [CLS] pooler, shuffled group whitening with group size 384, pa
 
 from dataclasses import dataclass, field
 
-from huggingface_hub.errors import StrictDataclassClassValidationError
 
 from modeling import WhitenedCSEModel
 from modeling.configuration_whitenedcse import dropout_views
-from trainers import ContrastiveCollator, DataError, WhitenedCSETrainer
+from trainers import ContrastiveCollator, WhitenedCSETrainer
 from trainers.recipe import CSETrainingArguments, DataArguments, main_guard, parse_recipe_args, run_recipe
 
 
@@ -67,13 +66,6 @@ class WhitenedCSEArguments:
 
 
 def build_model(model_path: str, args: WhitenedCSEArguments) -> WhitenedCSEModel:
-    try:
-        return _build_model(model_path, args)
-    except StrictDataclassClassValidationError as error:  # one line before anything is trained or written
-        raise DataError(str(error.__cause__ or error)) from error
-
-
-def _build_model(model_path: str, args: WhitenedCSEArguments) -> WhitenedCSEModel:
     return WhitenedCSEModel.from_encoder(
         model_path,
         pooler_type=args.pooler_type,

@@ -18,7 +18,7 @@ from modeling.losses import (
 )
 from modeling.whitening import GroupWhitening, whitening_matrices
 from tests.conftest import run_isolated_python, tiny_bert_config
-from trainers import DataError, WhitenedCSETrainer
+from trainers import WhitenedCSETrainer
 
 
 def correlated(*shape, seed=0):
@@ -196,9 +196,13 @@ def test_config_rejects_bad_values(overrides, message):
 
 def test_recipe_reports_bad_config_as_one_line_error(minilm_path):
     from recipes.whitenedcse import WhitenedCSEArguments, build_model
+    from trainers.recipe import main_guard
 
-    with pytest.raises(DataError, match="group_size 100 must be a positive divisor of the hidden size 384"):
-        build_model(str(minilm_path), WhitenedCSEArguments(group_size=100))
+    with pytest.raises(SystemExit) as exit_info:
+        main_guard(lambda: build_model(str(minilm_path), WhitenedCSEArguments(group_size=100)))
+    message = str(exit_info.value.code)
+    assert message.startswith("error: invalid model configuration: ") and "\n" not in message
+    assert "group_size 100 must be a positive divisor of the hidden size 384" in message
 
 
 # ------------------------------------------------------------------------------------------------------------- model
