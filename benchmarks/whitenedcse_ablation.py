@@ -46,11 +46,11 @@ def parse_grid(items: list) -> dict:
 
 
 def best_dev(output_dir: Path) -> float:
-    """Best STS-B dev Spearman of a run (x100), from the last checkpoint's trainer state."""
+    """Best STS-B dev Spearman of a run (x100, as the evaluator reports it), from the last checkpoint's trainer state."""
     states = sorted(output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     if not states:
         return float("nan")
-    return 100 * json.loads(states[-1].read_text())["best_metric"]
+    return json.loads(states[-1].read_text())["best_metric"]
 
 
 def hidden_size(recipe_args: list) -> int:

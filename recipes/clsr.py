@@ -90,6 +90,7 @@ def build_model(args: CLSRArguments, seed: int) -> CLSRModel:
     options = dict(pooler_type=args.pooler_type, mlp_hidden_size=args.mlp_hidden_size,
                    representation_size=args.representation_size, temperature=args.temperature,
                    max_length=args.max_length)
+    set_seed(seed)  # e's initialisation (and a random backbone's) draw from the global generator
     if not args.random_init:
         if args.random_init_num_layers is not None:
             raise DataError("--random_init_num_layers needs --random_init true")
@@ -100,7 +101,6 @@ def build_model(args: CLSRArguments, seed: int) -> CLSRModel:
         encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
         if args.random_init_num_layers is not None:
             encoder_config.num_hidden_layers = args.random_init_num_layers
-        set_seed(seed)
         model = CLSRModel(CLSRConfig(encoder_config=encoder_config.to_dict(), **options))
         model.config.name_or_path = path
     model.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

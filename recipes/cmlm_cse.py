@@ -34,6 +34,7 @@ from trainers.recipe import (
 
 @dataclass
 class CMLMCSEArguments(ContrastiveModelArguments):
+    mlp_only_train: bool = field(default=True, metadata={"help": "Use the [CLS] MLP only in training."})
     extractor_layers: int = field(
         default=8, metadata={"help": "Blocks of the frozen lexical extractor (1 .. encoder layers - 1; paper 8)."}
     )

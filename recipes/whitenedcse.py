@@ -16,25 +16,25 @@ temperature 0.05, [CLS] pooler, shuffled group whitening with group size 384, pa
 
 from dataclasses import dataclass, field
 
-
 from modeling import WhitenedCSEModel
 from modeling.configuration_whitenedcse import dropout_views
 from trainers import ContrastiveCollator, WhitenedCSETrainer
-from trainers.recipe import CSETrainingArguments, DataArguments, main_guard, parse_recipe_args, run_recipe
+from trainers.recipe import (
+    ContrastiveModelArguments,
+    CSETrainingArguments,
+    DataArguments,
+    main_guard,
+    parse_recipe_args,
+    run_recipe,
+)
 
 
 @dataclass
-class WhitenedCSEArguments:
-    model_name_or_path: str = field(
-        default="bert-base-uncased",
-        metadata={"help": "Backbone: a local folder, 'all-MiniLM-L6-v2' (embedded), or a Hub id in the local cache."},
-    )
+class WhitenedCSEArguments(ContrastiveModelArguments):
     pooler_type: str = field(
         default="cls", metadata={"help": "Backbone feature: cls, cls_before_pooler, avg, avg_first_last, avg_top2 or "
                                  "layers (cls and cls_before_pooler are the same here: the head is always SGW+MLP)."}
     )
-    pooling_layers: list[int] = field(default=None, metadata={"help": "Layers averaged by pooler_type=layers."})
-    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
     whitening: str = field(
         default="shuffled_group", metadata={"help": "Table 3: none, pca, zca, group or shuffled_group."}
     )
@@ -65,6 +65,11 @@ class WhitenedCSEArguments:
     )
 
 
+@dataclass
+class WhitenedCSETrainingArguments(CSETrainingArguments):
+    output_dir: str = field(default="outputs/whitenedcse", metadata={"help": "Where checkpoints and the model go."})
+
+
 def build_model(model_path: str, args: WhitenedCSEArguments) -> WhitenedCSEModel:
     return WhitenedCSEModel.from_encoder(
         model_path,
@@ -86,7 +91,7 @@ def build_model(model_path: str, args: WhitenedCSEArguments) -> WhitenedCSEModel
 
 def main():
     model_args, data_args, training_args = parse_recipe_args(
-        (WhitenedCSEArguments, DataArguments, CSETrainingArguments)
+        (WhitenedCSEArguments, DataArguments, WhitenedCSETrainingArguments)
     )
     views = dropout_views(model_args.positive_source, model_args.num_positives)
 

@@ -317,3 +317,16 @@ def test_recipe_help_lists_flags():
     for flag in ("--train_data", "--pooler_type", "--per_device_train_batch_size", "--num_train_epochs",
                  "--random_init", "--cache_dir"):
         assert flag in result.stdout
+
+
+def test_recipe_seed_fixes_the_head_initialisation(tokenizer, tmp_path):
+    from transformers import BertModel
+
+    from recipes.clsr import CLSRArguments, build_model
+
+    BertModel(tiny_bert_config()).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    args = CLSRArguments(model_name_or_path=str(tmp_path))
+    first, again, other = (build_model(args, seed).mlp.state_dict() for seed in (7, 7, 8))
+    assert all(torch.equal(first[k], again[k]) for k in first)  # a seed reproduces the run
+    assert not torch.equal(first["dense_in.weight"], other["dense_in.weight"])

@@ -237,6 +237,17 @@ def test_averaged_static_and_mixing(tiny_source, tokenizer):
         np.testing.assert_allclose(mixed, expected, atol=1e-5)
 
 
+
+def test_avg_and_mixed_specs_of_one_grid_share_one_averaged_model(saved_tiny_model, data_dir):
+    from trainers.extraction import load_source
+
+    shared = {}
+    static = load_source(f"avg:{saved_tiny_model}", data_dir, SENTENCES, averaged_sources=shared)
+    mixed = load_source(f"{saved_tiny_model}+avg:0.5", data_dir, SENTENCES, averaged_sources=shared)
+    assert mixed.parts[1][0] is static  # the corpus is averaged once for both specs
+    alone = load_source(f"{saved_tiny_model}+avg:0.5", data_dir, SENTENCES)
+    assert alone.parts[1][0] is not static
+
 def test_layer_specs():
     assert resolve_layers("1_2_last", 12) == [1, 2, 12]
     assert resolve_layers("-1+0+last", 6) == [-1, 0, 6]

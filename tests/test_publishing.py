@@ -235,3 +235,32 @@ def test_push_refuses_in_offline_mode_before_touching_the_hub(trained, monkeypat
         push_to_hub(trained, "someone/tiny-simcse", api=api)
     api.create_repo.assert_not_called()
     api.upload_folder.assert_not_called()
+
+
+def test_trainer_push_to_hub_uploads_the_csekit_set_and_trainer_side_pushes_are_refused(trained, monkeypatch):
+    from transformers import TrainingArguments
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    api = mock.MagicMock()
+    monkeypatch.setattr("trainers.trainer.HfApi", lambda token=None: api)
+    args = TrainingArguments(output_dir=str(trained), hub_model_id="someone/tiny-simcse", report_to="none",
+                             use_cpu=True)
+    trainer = SimCSETrainer(model=SimCSEModel.from_pretrained(trained), args=args)
+    trainer.push_to_hub(private=True)
+    upload = api.upload_folder.call_args.kwargs
+    assert upload["allow_patterns"] == files_to_push(trained) and "training_args.bin" not in upload["allow_patterns"]
+    api.create_repo.assert_called_once_with("someone/tiny-simcse", repo_type="model", private=True, exist_ok=True)
+    # Trainer's own push_to_hub=True would upload checkpoints and training_args.bin mid-training: refused up front
+    with pytest.raises(ValueError, match="publish once, after the test evaluation"):
+        SimCSETrainer(model=SimCSEModel.from_pretrained(trained),
+                      args=TrainingArguments(output_dir=str(trained), push_to_hub=True, report_to="none"))
+    # the recipes check --push_to_hub's requirements before any training
+    argv = ["--model_name_or_path", str(trained), "--output_dir", str(trained.parent / "never"), "--push_to_hub"]
+    recipe_args = (simcse_recipe.SimCSEArguments, DataArguments, CSETrainingArguments)
+    with pytest.raises(DataError, match="needs --hub_model_id"):
+        run_recipe(*parse_recipe_args(recipe_args, argv), simcse_recipe.build_model, SimCSETrainer)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(DataError, match="HF_HUB_OFFLINE is set"):
+        run_recipe(*parse_recipe_args(recipe_args, argv + ["--hub_model_id", "someone/x"]),
+                   simcse_recipe.build_model, SimCSETrainer)
+    assert not (trained.parent / "never").exists()

@@ -282,3 +282,20 @@ def test_gradients_reach_the_backbone_under_stop_gradient():
     grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert math.isfinite(terms.sum().item())
+
+
+def test_groups_as_large_as_the_batch_whiten_it_to_a_simplex_and_the_trainer_warns(tmp_path, caplog):
+    from transformers import TrainingArguments
+
+    batch = correlated(8, 32)
+    for group_size, degenerate in ((16, True), (4, False)):  # 16 channels > 8 sentences; 4 channels < 8
+        whitened = GroupWhitening(32, group_size, kind="group").train()(batch)[:, :group_size]
+        cosines = F.normalize(whitened, dim=-1) @ F.normalize(whitened, dim=-1).T
+        off_diagonal = cosines[~torch.eye(8, dtype=torch.bool)]
+        assert (off_diagonal.std() < 1e-4) == degenerate  # a regular simplex: every pair at cos = -1/(n-1)
+    for batch_size, warned in ((8, True), (64, False)):
+        caplog.clear()
+        args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=batch_size, report_to="none",
+                                 use_cpu=True)
+        WhitenedCSETrainer(model=tiny_model(group_size=16), args=args)
+        assert ("rank-deficient" in caplog.text) == warned

@@ -113,13 +113,25 @@ def load_transformer(name: str, data_dir, seed: int = 42) -> TransformerSource:
     return TransformerSource(name, model, tokenizer)
 
 
-def load_source(spec: str, data_dir, avg_corpus: Optional[Sequence[str]] = None, seed: int = 42):
-    """A token-state source from a model spec: ``re``, ``random-bert``, ``avg:MODEL``, ``MODEL+avg:W`` or a model."""
+def load_source(
+    spec: str, data_dir, avg_corpus: Optional[Sequence[str]] = None, seed: int = 42,
+    averaged_sources: Optional[dict] = None,
+):
+    """A token-state source from a model spec: ``re``, ``random-bert``, ``avg:MODEL``, ``MODEL+avg:W`` or a model.
+
+    ``averaged_sources`` (a dict the caller keeps) shares one Avg model per base model between specs, so
+    ``avg:M`` and every ``M+avg:W`` of a grid average the corpus once.
+    """
     def averaged(name):
+        if averaged_sources is not None and name in averaged_sources:
+            return averaged_sources[name]
         corpus = avg_corpus
         if corpus is None:
             corpus = [s for p in DEFAULT_AVG_CORPUS for s in read_reference_corpus(resolve_data_file(p, data_dir))]
-        return AveragedStaticSource(load_transformer(name, data_dir, seed), corpus)
+        source = AveragedStaticSource(load_transformer(name, data_dir, seed), corpus)
+        if averaged_sources is not None:
+            averaged_sources[name] = source
+        return source
 
     if spec == "re":
         return RandomEmbeddingSource(AutoTokenizer.from_pretrained(bert_tokenizer_path(data_dir)), seed=seed)
@@ -395,9 +407,9 @@ def run_grid(
     chains = [parse_postprocessing(spec) for spec in postprocessings]
     for template in templates:
         resolve_template(template)
-    rows = []
+    rows, averaged_sources = [], {}
     for model in models:
-        source = load_source(model, data_dir, avg_corpus, seed)
+        source = load_source(model, data_dir, avg_corpus, seed, averaged_sources)
         for template in templates:
             # the [MASK] representation exists only inside a template
             cell_aggregations = [a for a in aggregations if a != "mask" or resolve_template(template) is not None]

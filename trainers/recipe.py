@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import yaml
+from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
@@ -36,12 +37,12 @@ class ContrastiveModelArguments:
         default="cls", metadata={"help": "cls, cls_before_pooler, avg, avg_first_last, avg_top2 or layers."}
     )
     pooling_layers: list[int] = field(default=None, metadata={"help": "Layers averaged by pooler_type=layers."})
-    mlp_only_train: bool = field(default=True, metadata={"help": "Use the [CLS] MLP only in training."})
     temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
 
 
 @dataclass
 class SimCSEArguments(ContrastiveModelArguments):
+    mlp_only_train: bool = field(default=True, metadata={"help": "Use the [CLS] MLP only in training."})
     hard_negative_weight: float = field(default=0.0, metadata={"help": "Logit bonus of each own hard negative."})
 
 
@@ -118,6 +119,8 @@ def run_recipe(
 ) -> dict:
     """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets.
 
+    With ``--push_to_hub --hub_model_id NAME`` the scored folder is then published as ``csekit push`` does.
+
     Args:
         model_args: the recipe's model dataclass; must have ``model_name_or_path``.
         build_model: ``(model_path, model_args) -> model`` (a csekit ``PreTrainedModel``).
@@ -127,6 +130,12 @@ def run_recipe(
         the test results ``{"STS12": ..., "avg": ...}`` (empty if ``do_test_eval`` is off).
     """
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    publish = training_args.push_to_hub
+    if publish and not (training_args.hub_model_id and data_args.do_test_eval):
+        raise DataError("--push_to_hub needs --hub_model_id namespace/name and the test evaluation (the card's scores)")
+    if publish and constants.is_offline_mode():  # say so now, not after hours of training
+        raise DataError("--push_to_hub: HF_HUB_OFFLINE is set, so the Hub cannot be reached; unset it to push")
+    training_args.push_to_hub = False  # the Trainer must not push checkpoints: we publish once, after the test scores
     set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)
     model_path = resolve_model_path(model_args.model_name_or_path)
@@ -159,6 +168,8 @@ def run_recipe(
         record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
         Path(training_args.output_dir, "eval_results.json").write_text(json.dumps(record, indent=2) + "\n")
         print(format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)"))
+        if publish:
+            print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
     return results
 
 

@@ -4,10 +4,13 @@ from collections import defaultdict
 from typing import Optional
 
 import torch
+from huggingface_hub import HfApi
 from transformers import Trainer
 
 from modeling.losses import info_nce_loss
 
+from .data import DataError
+from .hub import push_to_hub as publish
 from .sts import STSEvaluator
 
 
@@ -25,11 +28,26 @@ class ContrastiveTrainer(Trainer):
     # our losses are per-batch means: let Trainer divide by the accumulation steps
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args, sts_evaluator: Optional[STSEvaluator] = None, eval_batch_size: int = 128, **kwargs):
+    def __init__(
+        self,
+        model=None,
+        args=None,
+        *rest,
+        sts_evaluator: Optional[STSEvaluator] = None,
+        eval_batch_size: int = 128,
+        **kwargs,
+    ):
+        if args is not None and args.push_to_hub:
+            # Trainer's own pushes upload every checkpoint's training-time model (CMLM-CSE's auxiliary network
+            # included) and the pickled training_args.bin, before the test scores the model card needs exist
+            raise ValueError(
+                "csekit trainers publish once, after the test evaluation: leave TrainingArguments.push_to_hub off and "
+                "call trainer.push_to_hub() once eval_results.json is written (the recipes' --push_to_hub does this)"
+            )
         if sts_evaluator is not None and kwargs.get("eval_dataset") is None:
             # Trainer insists on an eval_dataset for step-wise evaluation; the evaluator's pairs are that data
             kwargs["eval_dataset"] = sts_evaluator.as_dataset()
-        super().__init__(*args, **kwargs)
+        super().__init__(model, args, *rest, **kwargs)
         self.sts_evaluator = sts_evaluator
         self.eval_batch_size = eval_batch_size
         self._component_sums = defaultdict(float)
@@ -80,6 +98,25 @@ class ContrastiveTrainer(Trainer):
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+    def push_to_hub(
+        self, commit_message: str = "End of training", private: Optional[bool] = None, token: Optional[str] = None
+    ):
+        """Publish the saved model in ``args.output_dir`` to ``args.hub_model_id``, exactly as ``csekit push`` does.
+
+        The upload is :func:`trainers.hub.files_to_push`'s pickle-free set (safetensors, config with ``auto_map``,
+        code, tokenizer, a freshly rendered card, ``eval_results.json``), never ``training_args.bin`` or checkpoints.
+        Call it after :meth:`save_model` and the test evaluation. Returns the commit info (``None`` off rank 0).
+        """
+        if not self.is_world_process_zero():
+            return None
+        if not self.args.hub_model_id:
+            raise DataError("set hub_model_id (namespace/name) in the training arguments to push")
+        private = self.args.hub_private_repo if private is None else private
+        api = HfApi(token=token or self.args.hub_token)
+        commit, _ = publish(self.args.output_dir, self.args.hub_model_id, private=bool(private),
+                            commit_message=commit_message, api=api)
+        return commit
 
 
 class SimCSETrainer(ContrastiveTrainer):

@@ -5,15 +5,32 @@ eq. 7 (``loss_type="L1"``) or eq. 8 (``"L2"``) over the per-positive InfoNCE ter
 ``loss_contrastive`` (the total) and ``loss_positive_<p>`` (each positive's mean InfoNCE term, unweighted).
 """
 
+import logging
+
 from modeling.losses import multi_positive_info_nce_terms, multi_positive_l1_loss, multi_positive_l2_loss
 
 from .trainer import ContrastiveTrainer
 
+logger = logging.getLogger(__name__)
 MULTI_POSITIVE_LOSSES = {"L1": multi_positive_l1_loss, "L2": multi_positive_l2_loss}
 
 
 class WhitenedCSETrainer(ContrastiveTrainer):
     """Multi-positive InfoNCE between view 0 (anchor) and views 1..m (positives) of the model output."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        config = self.accelerator.unwrap_model(self.model).config
+        channels = config.group_size if config.whitening in ("group", "shuffled_group") else config.hidden_size
+        batch = self.args.per_device_train_batch_size
+        if config.whitening != "none" and batch <= channels:
+            # the centred batch spans at most batch - 1 directions, so whitening maps it onto a regular simplex
+            logger.warning(
+                "WhitenedCSE: %d-channel whitening groups with %d sentences per process are rank-deficient: every "
+                "group's whitened batch is a regular simplex (all pairs equally similar). Use groups smaller than "
+                "the batch (the paper's k read as a number of groups: group_size = hidden / k) or a larger batch.",
+                channels, batch,
+            )
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config
