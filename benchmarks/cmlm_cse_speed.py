@@ -17,19 +17,21 @@ import tempfile
 import time
 
 import torch
-from common import emit
+from common import device_description, emit, synchronize
 from datasets import Dataset
 from transformers import AutoTokenizer, TrainingArguments
 
 from modeling import CMLMCSEForPreTraining, SimCSEModel
 from trainers import CMLMCSECollator, CMLMCSETrainer, ContrastiveCollator, SimCSETrainer
 from trainers.data import read_sentences, resolve_data_file
-from trainers.encoders import resolve_model_path
+from trainers.encoders import resolve_device, resolve_model_path
 
 
-def timed(function) -> float:
+def timed(function, device: torch.device) -> float:
+    synchronize(device)
     start = time.perf_counter()
     function()
+    synchronize(device)
     return time.perf_counter() - start
 
 
@@ -44,8 +46,10 @@ def main(argv=None):
     parser.add_argument("--max-length", type=int, default=32, help="Truncation length.")
     parser.add_argument("--steps", type=int, default=10, help="Timed steps per method (after 2 warm-up steps).")
     parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.head11914.txt", help="Sentences to batch.")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s).")
     parser.add_argument("--output", default=None, help="Write the markdown table here (also printed).")
     args = parser.parse_args(argv)
+    device = resolve_device(args.device)
 
     torch.manual_seed(0)
     model_path = resolve_model_path(args.model)
@@ -58,9 +62,10 @@ def main(argv=None):
     cmlm = CMLMCSEForPreTraining.from_encoder(str(model_path), pooler_type=args.pooler,
                                               extractor_layers=args.extractor_layers, fusion_layers=args.fusion_layers,
                                               mask_rate=args.mask_rate)
+    simcse, cmlm = simcse.to(device), cmlm.to(device)
     # the trainers are only used for compute_loss; nothing is saved, so a throwaway folder will do
     training_args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="cmlm_cse_speed-"), report_to="none",
-                                      use_cpu=True, remove_unused_columns=False)
+                                      use_cpu=device.type == "cpu", remove_unused_columns=False)
     dummy = Dataset.from_dict({"sent0": sentences[:8]})
     methods = {
         "SimCSE": (simcse, SimCSETrainer, ContrastiveCollator(tokenizer, max_length=args.max_length)),
@@ -71,7 +76,7 @@ def main(argv=None):
     for name, (model, trainer_class, collator) in methods.items():
         trainer = trainer_class(model=model.train(), args=training_args, train_dataset=dummy, data_collator=collator)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5)
-        batches = [collator(batch) for batch in features]
+        batches = [{key: value.to(device) for key, value in collator(batch).items()} for batch in features]
         runners[name] = (trainer, model, optimizer, batches)
     published = {"SimCSE": simcse, "CMLM-CSE": cmlm.sentence_encoder()}
 
@@ -89,7 +94,8 @@ def main(argv=None):
     order = list(methods)
     for index in range(steps):
         for name in order:
-            train_time, infer_time = timed(lambda: train_step(name, index)), timed(lambda: inference_step(name, index))
+            train_time = timed(lambda: train_step(name, index), device)
+            infer_time = timed(lambda: inference_step(name, index), device)
             if index >= 2:
                 times[name].append(train_time)
                 inference[name].append(infer_time)
@@ -101,7 +107,7 @@ def main(argv=None):
     median_inference = {name: statistics.median(values) for name, values in inference.items()}
     lines = [
         f"Command: `python benchmarks/cmlm_cse_speed.py {shlex.join(argv if argv is not None else sys.argv[1:])}`",
-        f"(torch {torch.__version__}, {torch.get_num_threads()} threads, CPU)",
+        f"(torch {torch.__version__}, {torch.get_num_threads()} threads, {device_description(device)})",
         "",
         "| method | train step median s | train step mean s | inference forward median s |",
         "|---|---:|---:|---:|",

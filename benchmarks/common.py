@@ -20,6 +20,17 @@ def machine_description() -> str:
     return f"{os.cpu_count()} cores ({cpu}), torch {torch.__version__}, {torch.get_num_threads()} torch threads"
 
 
+def device_description(device: torch.device) -> str:
+    """The GPU's name for a CUDA device, else the CPU description."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else machine_description()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so a wall-clock timer measures it (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def interleaved(candidates: dict, rounds: int) -> dict:
     """Warm each candidate up once, then run each ``rounds`` times, alternating; ``{name: [seconds, ...]}``.
 

@@ -9,12 +9,12 @@ Rounds alternate between the two so background load hits both equally; the embed
 import argparse
 
 import numpy as np
-from common import Stopwatch, interleaved, machine_description, median
+from common import Stopwatch, device_description, interleaved, median
 from sentence_transformers import SentenceTransformer
 
 from modeling import SimCSEModel
 from trainers.data import resolve_data_dir
-from trainers.encoders import embedded_minilm_path
+from trainers.encoders import embedded_minilm_path, resolve_device
 from trainers.sts import load_sts_task
 
 
@@ -23,12 +23,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=2758)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s).")
     args = parser.parse_args()
+    device = resolve_device(args.device)
     pairs = load_sts_task(resolve_data_dir(), "STSBenchmark")
     sentences = (pairs.sentences1 + pairs.sentences2)[: args.sentences]
 
-    ours = SimCSEModel.from_encoder(str(embedded_minilm_path()), pooler_type="avg", max_length=256).eval()
-    theirs = SentenceTransformer(str(embedded_minilm_path()), device="cpu")
+    ours = SimCSEModel.from_encoder(str(embedded_minilm_path()), pooler_type="avg", max_length=256).to(device).eval()
+    theirs = SentenceTransformer(str(embedded_minilm_path()), device=str(device))
     outputs = {}
 
     def timed(name, encode):
@@ -47,7 +49,7 @@ def main():
     difference = np.abs(outputs["csekit"] - outputs["sentence-transformers"]).max()
     ours_rate = len(sentences) / median(timings["csekit"])
     theirs_rate = len(sentences) / median(timings["sentence-transformers"])
-    print(f"machine: {machine_description()}")
+    print(f"machine: {device_description(device)}")
     for name, values in timings.items():
         print(f"{name}: {', '.join(f'{v:.2f}' for v in values)} s for {len(sentences)} sentences")
     print(f"sentences/s csekit {ours_rate:.0f}, sentence-transformers {theirs_rate:.0f}, "

@@ -3,8 +3,9 @@
     python benchmarks/seeds.py --recipe recipes/simcse.py --seeds 42 43 44 --name SimCSE \
         --output-root outputs/seeds/simcse --table benchmarks/results/simcse_seeds.md -- --config ... [recipe flags]
 
-Each seed runs ``accelerate launch --cpu --num_processes 1 RECIPE ... --seed S --output_dir ROOT/seedS`` (skipped
-if ``ROOT/seedS/eval_results.json`` exists, so an interrupted grid resumes), then the per-seed scores and the
+Each seed runs ``accelerate launch LAUNCH RECIPE ... --seed S --output_dir ROOT/seedS`` (LAUNCH defaults to
+``--cpu --num_processes 1``; ``--launch "--num_processes 1 --mixed_precision bf16"`` trains on a GPU), skipped
+if ``ROOT/seedS/eval_results.json`` exists, so an interrupted grid resumes, then the per-seed scores and the
 mean ± std (sample std) are written as a markdown table. Wall time per seed is recorded too.
 """
 
@@ -23,10 +24,10 @@ TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelat
 SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
 
 
-def run_seed(recipe: str, seed: int, output_dir: Path, recipe_args: list) -> dict:
+def run_seed(recipe: str, seed: int, output_dir: Path, recipe_args: list, launch_args: list) -> dict:
     results_file = output_dir / "eval_results.json"
     if not results_file.exists():
-        command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1", recipe,
+        command = [sys.executable, "-m", "accelerate.commands.launch", *launch_args, recipe,
                    *recipe_args, "--seed", str(seed), "--output_dir", str(output_dir)]
         print("$", shlex.join(command), flush=True)
         start = time.time()
@@ -57,11 +58,15 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--name", required=True, help="Row label in the table.")
     parser.add_argument("--output-root", required=True, help="Each seed trains into OUTPUT_ROOT/seedS.")
+    parser.add_argument(
+        "--launch", default="--cpu --num_processes 1", help="accelerate launch flags (default: %(default)s)."
+    )
     parser.add_argument("--table", default=None, help="Write the markdown table here (also printed).")
     parser.add_argument("recipe_args", nargs=argparse.REMAINDER, help="After '--': flags passed to the recipe.")
     args = parser.parse_args(argv)
     recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
-    records = {seed: run_seed(args.recipe, seed, Path(args.output_root) / f"seed{seed}", recipe_args)
+    records = {seed: run_seed(args.recipe, seed, Path(args.output_root) / f"seed{seed}", recipe_args,
+                              shlex.split(args.launch))
                for seed in args.seeds}
     header = "| run | " + " | ".join(SHORT.get(t, t) for t in TASKS) + " | wall s |"
     lines = [f"Command: `python benchmarks/seeds.py {shlex.join(argv if argv is not None else sys.argv[1:])}`", "",

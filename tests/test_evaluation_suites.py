@@ -84,7 +84,7 @@ def test_evaluate_cli_clustering_json(tmp_path, monkeypatch, data_dir):
     """`csekit evaluate --tasks clustering` writes the suite object into the JSON record (tiny subsample)."""
     import trainers.encoders as encoders
 
-    def fake_loader(name, pooler, max_length, batch_size):
+    def fake_loader(name, pooler, max_length, batch_size, device):
         def embed(texts):
             return np.asarray([[len(t), t.count(" ")] for t in texts], dtype=float)
 

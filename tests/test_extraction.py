@@ -10,6 +10,7 @@ from modeling.pooling import pool
 from tests.conftest import tiny_bert_config
 from trainers.cli import main
 from trainers.data import DataError
+from trainers.encoders import resolve_device
 from trainers.extraction import (
     ExtractionSetting, Extractor, HiddenStateCache, TransformerSource, read_reference_corpus, resolve_layers,
 )
@@ -248,6 +249,27 @@ def test_avg_and_mixed_specs_of_one_grid_share_one_averaged_model(saved_tiny_mod
     alone = load_source(f"{saved_tiny_model}+avg:0.5", data_dir, SENTENCES)
     assert alone.parts[1][0] is not static
 
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(DataError, match="bad device"):
+        resolve_device("gpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_extraction_and_evaluation_match_cpu(saved_tiny_model, data_dir):
+    from trainers.encoders import load_embedder
+    from trainers.extraction import load_source
+
+    setting = ExtractionSetting("first_last", "none", "idf-w")
+    extracted = {device: make_extractor().embed(load_source(str(saved_tiny_model), data_dir, device=device),
+                                                SENTENCES, setting) for device in ("cpu", "cuda")}
+    np.testing.assert_allclose(extracted["cuda"], extracted["cpu"], atol=1e-4)
+    evaluated = {device: load_embedder(str(saved_tiny_model), device=device)[0](SENTENCES) for device in ("cpu", "cuda")}
+    np.testing.assert_allclose(evaluated["cuda"], evaluated["cpu"], atol=1e-4)
+
+
 def test_layer_specs():
     assert resolve_layers("1_2_last", 12) == [1, 2, 12]
     assert resolve_layers("-1+0+last", 6) == [-1, 0, 6]
@@ -270,6 +292,7 @@ def test_reference_corpus_splits_wikitext(tmp_path):
         (["--templates", "no slot here"], "unknown template"),
         (["--tasks", "sts,glue"], "unknown task suite"),
         (["--sts-tasks", "STS99"], "unknown STS task"),
+        (["--device", "gpu"], "bad device"),
     ],
 )
 def test_extract_cli_rejects_bad_flags(flags, message, capsys):

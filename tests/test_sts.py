@@ -56,7 +56,8 @@ def test_evaluate_cli_writes_foundation_schema(tmp_path, saved_tiny_model, capsy
 
 @pytest.mark.parametrize("args, message", [(["--tasks", "nope"], "unknown task suite"),
                                            (["--pooler", "mean"], "unknown pooler"),
-                                           (["--batch-size", "0"], "--batch-size")])
+                                           (["--batch-size", "0"], "--batch-size"),
+                                           (["--device", "tpu7"], "bad device")])
 def test_evaluate_cli_bad_flags(saved_tiny_model, capsys, args, message):
     assert cli_main(["evaluate", str(saved_tiny_model), *args]) == 2
     assert message in capsys.readouterr().err

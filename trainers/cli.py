@@ -1,7 +1,7 @@
 """The ``csekit`` command line.
 
-    csekit evaluate MODEL --tasks sts [--pooler P] [--batch-size N] [--max-length L] [--data-dir DIR]
-                          [--output results.json]
+    csekit evaluate MODEL --tasks sts [--pooler P] [--batch-size N] [--max-length L] [--device D]
+                          [--data-dir DIR] [--output results.json]
 """
 
 import argparse
@@ -35,6 +35,10 @@ def add_evaluate_parser(subparsers) -> None:
         "model's own, the sentence-transformers pooling of an ST folder, else cls (as SimCSE's evaluation.py).",
     )
     parser.add_argument("--batch-size", type=int, default=128, help="Sentences per forward pass.")
+    parser.add_argument(
+        "--device", default="auto", help="Where the model runs: auto (a CUDA GPU when there is one, else cpu), cpu, "
+        "cuda or cuda:N.",
+    )
     parser.add_argument("--max-length", type=int, default=None, help="Truncation length (default: model maximum).")
     parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data).")
     parser.add_argument("--output", default=None, help="Write results as JSON here.")
@@ -50,7 +54,7 @@ def add_evaluate_parser(subparsers) -> None:
 
 
 def run_evaluate(args) -> int:
-    from .encoders import load_embedder
+    from .encoders import load_embedder, resolve_device
 
     suites = [suite.strip() for suite in args.tasks.split(",") if suite.strip()]
     unknown = [suite for suite in suites if suite not in EVALUATION_SUITES]
@@ -61,9 +65,10 @@ def run_evaluate(args) -> int:
     for flag in ("transfer_max_train", "clustering_max_examples", "clustering_runs"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise DataError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)
     evaluator = STSEvaluator(data_dir, STS_TASKS, split="test") if "sts" in suites else None
-    embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size)
+    embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size, args.device)
     record = dict(info)
     if evaluator is not None:
         record["sts"] = evaluator(embed)

@@ -42,6 +42,19 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def resolve_device(name: Optional[str] = None) -> torch.device:
+    """``None``/``"auto"``: the first CUDA GPU when there is one, else the CPU; otherwise a torch device string."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DataError(f"bad device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DataError(f"device {name!r} asked for, but torch sees no CUDA GPU")
+    return device
+
+
 def sentence_transformers_defaults(path: str) -> dict:
     """Pooler and max length from a sentence-transformers folder layout, if it is one."""
     folder = Path(path)
@@ -83,9 +96,14 @@ class HFSentenceEncoder:
 
 
 def load_embedder(
-    name_or_path: str, pooler: Optional[str] = None, max_length: Optional[int] = None, batch_size: int = 128
+    name_or_path: str, pooler: Optional[str] = None, max_length: Optional[int] = None, batch_size: int = 128,
+    device: Optional[str] = None,
 ):
-    """``(embed, info)``: ``embed(sentences) -> (n, d) numpy`` and a dict describing model and pooler."""
+    """``(embed, info)``: ``embed(sentences) -> (n, d) numpy`` and a dict describing model and pooler.
+
+    ``device``: where the model runs (see :func:`resolve_device`; default a GPU when there is one).
+    """
+    device = resolve_device(device)
     if pooler is not None and pooler not in POOLER_TYPES:
         raise DataError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
     path = resolve_model_path(name_or_path)
@@ -98,7 +116,7 @@ def load_embedder(
         ) from None
     if config.model_type.startswith("csekit-"):
         overrides = {} if pooler is None else {"pooler_type": pooler}
-        model = AutoModel.from_pretrained(path, local_files_only=True, **overrides).eval()
+        model = AutoModel.from_pretrained(path, local_files_only=True, **overrides).to(device).eval()
         model.tokenizer = tokenizer
         info = {"model": name_or_path, "pooler": model.config.pooler_type}
 
@@ -109,13 +127,14 @@ def load_embedder(
     defaults = sentence_transformers_defaults(path)
     pooler = pooler or defaults.get("pooler", "cls")
     max_length = max_length or defaults.get("max_length")
-    encoder = HFSentenceEncoder(AutoModel.from_pretrained(path, local_files_only=True), tokenizer, pooler)
+    model = AutoModel.from_pretrained(path, local_files_only=True).to(device)
+    encoder = HFSentenceEncoder(model, tokenizer, pooler)
 
     def embed(sentences):
-        vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length)
+        vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length, device)
         return vectors.numpy()
 
     return embed, {"model": name_or_path, "pooler": pooler}
 
 
-__all__ = ["EMBEDDED_MODELS", "HFSentenceEncoder", "load_embedder", "resolve_model_path"]
+__all__ = ["EMBEDDED_MODELS", "HFSentenceEncoder", "load_embedder", "resolve_device", "resolve_model_path"]

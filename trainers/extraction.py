@@ -32,7 +32,7 @@ from modeling.modeling_encoder import build_encoder
 from modeling.pooling import STATIC_EMBEDDINGS_LAYER, masked_mean, mean_layer_states
 
 from .data import DataError, read_sentences, resolve_data_file
-from .encoders import resolve_model_path
+from .encoders import resolve_device, resolve_model_path
 from .idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
 from .postprocessing import PostProcessingChain
 from .prompts import mask_token_weights, resolve_template
@@ -73,7 +73,10 @@ def bert_tokenizer_path(data_dir) -> Path:
 
 
 class TransformerSource:
-    """Token states of a Hugging Face encoder for any layer list (``-1`` = static word embeddings)."""
+    """Token states of a Hugging Face encoder for any layer list (``-1`` = static word embeddings).
+
+    The model runs on its own device; states come back as float32 on the CPU, where the cache keeps them.
+    """
 
     uses_layers = True
 
@@ -85,23 +88,26 @@ class TransformerSource:
 
     def token_states(self, batch: dict, layers: Sequence[int]) -> torch.Tensor:
         """``(batch, seq_len, hidden)`` states averaged over ``layers``."""
+        batch = {key: value.to(self.model.device) for key, value in batch.items()}
         with torch.inference_mode():
             outputs = self.model(**batch, output_hidden_states=True)
             static = None
             if STATIC_EMBEDDINGS_LAYER in layers:
                 static = self.model.get_input_embeddings()(batch["input_ids"])
-            return mean_layer_states(layers, outputs.hidden_states, static).float()
+            return mean_layer_states(layers, outputs.hidden_states, static).float().cpu()
 
     def token_mask(self, input_ids: torch.Tensor) -> Optional[torch.Tensor]:
         return None
 
 
-def load_transformer(name: str, data_dir, seed: int = 42) -> TransformerSource:
-    """A csekit folder (its backbone), an HF folder, ``all-MiniLM-L6-v2``, or ``random-bert``."""
+def load_transformer(name: str, data_dir, seed: int = 42, device: Optional[str] = None) -> TransformerSource:
+    """A csekit folder (its backbone), an HF folder, ``all-MiniLM-L6-v2``, or ``random-bert``, on ``device``
+    (:func:`~trainers.encoders.resolve_device`)."""
+    device = resolve_device(device)
     if name == "random-bert":
         folder = bert_tokenizer_path(data_dir)
-        torch.manual_seed(seed)
-        model = build_encoder(AutoConfig.from_pretrained(folder, local_files_only=True))
+        torch.manual_seed(seed)  # drawn on the CPU, so the weights are the same whatever the device
+        model = build_encoder(AutoConfig.from_pretrained(folder, local_files_only=True)).to(device)
         return TransformerSource(f"random-bert(seed={seed})", model, AutoTokenizer.from_pretrained(folder))
     path = resolve_model_path(name)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
@@ -110,12 +116,12 @@ def load_transformer(name: str, data_dir, seed: int = 42) -> TransformerSource:
         model = AutoModel.from_pretrained(path, local_files_only=True).encoder
     else:
         model = build_encoder(None, path)
-    return TransformerSource(name, model, tokenizer)
+    return TransformerSource(name, model.to(device), tokenizer)
 
 
 def load_source(
     spec: str, data_dir, avg_corpus: Optional[Sequence[str]] = None, seed: int = 42,
-    averaged_sources: Optional[dict] = None,
+    averaged_sources: Optional[dict] = None, device: Optional[str] = None,
 ):
     """A token-state source from a model spec: ``re``, ``random-bert``, ``avg:MODEL``, ``MODEL+avg:W`` or a model.
 
@@ -128,7 +134,7 @@ def load_source(
         corpus = avg_corpus
         if corpus is None:
             corpus = [s for p in DEFAULT_AVG_CORPUS for s in read_reference_corpus(resolve_data_file(p, data_dir))]
-        source = AveragedStaticSource(load_transformer(name, data_dir, seed), corpus)
+        source = AveragedStaticSource(load_transformer(name, data_dir, seed, device), corpus)
         if averaged_sources is not None:
             averaged_sources[name] = source
         return source
@@ -141,7 +147,7 @@ def load_source(
     if match:
         static = averaged(match.group(1))
         return MixedSource(static.source, static, float(match.group(2)))
-    return load_transformer(spec, data_dir, seed)
+    return load_transformer(spec, data_dir, seed, device)
 
 
 def resolve_layers(spec: str, num_hidden_layers: int) -> list:
@@ -395,6 +401,7 @@ def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, c
 def run_grid(
     models: Sequence[str], layers: Sequence[str], templates: Sequence[str], aggregations: Sequence[str],
     postprocessings: Sequence[str], units: list, extractor: Extractor, data_dir, seed: int = 42, avg_corpus=None,
+    device: Optional[str] = None,
 ) -> list:
     """Score every cell; returns one row per cell: ``{"model", "layers", "template", "aggregation",
     "postprocessing", <suite>: {dataset: score, "avg": mean}}`` (geometry: its metrics).
@@ -409,7 +416,7 @@ def run_grid(
         resolve_template(template)
     rows, averaged_sources = [], {}
     for model in models:
-        source = load_source(model, data_dir, avg_corpus, seed, averaged_sources)
+        source = load_source(model, data_dir, avg_corpus, seed, averaged_sources, device)
         for template in templates:
             # the [MASK] representation exists only inside a template
             cell_aggregations = [a for a in aggregations if a != "mask" or resolve_template(template) is not None]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .data import DataError, resolve_data_dir, resolve_data_file
+from .encoders import resolve_device
 from .extraction import (
     AGGREGATIONS, LAYER_PRESETS, SUITES, Extractor, HiddenStateCache, evaluation_units, load_reference,
     read_reference_corpus, run_grid,
@@ -86,6 +87,10 @@ def add_extract_parser(subparsers) -> None:
     parser.add_argument("--no-cache", action="store_true", help="Re-encode for every cell (for timing the cache).")
     parser.add_argument("--batch-size", type=_positive, default=64, help="Texts per forward pass.")
     parser.add_argument("--max-length", type=_positive, default=None, help="Truncation length (default: model max).")
+    parser.add_argument(
+        "--device", default="auto", help="Where transformers run: auto (a CUDA GPU when there is one, else cpu), "
+        "cpu, cuda or cuda:N. Token states are cached on the CPU.",
+    )
     parser.add_argument("--seed", type=int, default=42, help="Seed of the random models (re, random-bert).")
     parser.add_argument(
         "--transfer-max-train", type=_positive, default=None,
@@ -119,6 +124,7 @@ def format_grid(rows: list) -> str:
 
 
 def run_extract(args) -> int:
+    resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)
     suites = _list(args.tasks)
     units = evaluation_units(
@@ -142,7 +148,7 @@ def run_extract(args) -> int:
     start = time.perf_counter()
     rows = run_grid(
         lists["models"], lists["layers"], lists["templates"], lists["aggregations"], lists["postprocessing"], units,
-        extractor, data_dir, args.seed, avg_corpus,
+        extractor, data_dir, args.seed, avg_corpus, args.device,
     )
     seconds = time.perf_counter() - start
     markdown = format_grid(rows)
