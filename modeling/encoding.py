@@ -20,7 +20,8 @@ def encode_sentences(
     """Encode sentences in batches sorted by token length, returning vectors in the input order.
 
     Sorting by length keeps padding (and so wasted compute) small; the attention mask makes each vector independent
-    of its batch-mates, so the order does not change the result beyond float rounding.
+    of its batch-mates, so the order does not change the result beyond float rounding. A sentence given several times
+    is encoded once and its vector repeated.
 
     Args:
         embed_batch: maps a tokenized batch (dict of ``(batch, seq_len)`` tensors) to ``(batch, hidden)`` vectors.
@@ -37,6 +38,9 @@ def encode_sentences(
     sentences = list(sentences)
     if not sentences:
         raise ValueError("encode got an empty list of sentences")
+    rows = {}
+    positions = [rows.setdefault(sentence, len(rows)) for sentence in sentences]  # row of each input in `sentences`
+    sentences = list(rows)
     truncation = dict(truncation=True, max_length=max_length) if max_length else dict(truncation=True)
     lengths = np.asarray(tokenizer(sentences, add_special_tokens=True, return_length=True, **truncation)["length"])
     order = np.argsort(-lengths, kind="stable")
@@ -53,4 +57,4 @@ def encode_sentences(
             if output is None:
                 output = torch.empty(len(sentences), vectors.shape[-1])
             output[torch.as_tensor(index)] = vectors
-    return output
+    return output if len(positions) == len(sentences) else output[torch.as_tensor(positions)]

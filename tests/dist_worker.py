@@ -75,6 +75,7 @@ def main(output_path: str, gather: bool) -> None:
         world = torch.tensor([accelerator.num_processes])
         save_file({"loss": mean_loss.reshape(1), "world_size": world, **grads}, output_path)
     accelerator.wait_for_everyone()
+    accelerator.end_training()  # destroys the process group; left to interpreter exit, gloo can abort a rank
 
 
 if __name__ == "__main__":

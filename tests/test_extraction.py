@@ -239,6 +239,19 @@ def test_averaged_static_and_mixing(tiny_source, tokenizer):
 
 
 
+def test_repeated_texts_are_encoded_once_but_count_in_the_fit(tiny_source):
+    extractor = make_extractor()
+    texts = SENTENCES + SENTENCES[:2] * 5  # two texts used six times each, as STS sentences in several pairs
+    setting = ExtractionSetting("last", "none", "avg", parse_postprocessing("zscore"))
+    vectors = extractor.embed(tiny_source, texts, setting)
+    [encoded] = extractor.cache.entries.values()
+    assert encoded.count == len(SENTENCES)
+    np.testing.assert_array_equal(vectors[len(SENTENCES)], vectors[0])
+    np.testing.assert_allclose(vectors.mean(0), 0, atol=1e-5)  # fitted on every occurrence ...
+    np.testing.assert_allclose(vectors.std(0), 1, rtol=1e-4)
+    assert np.abs(vectors[: len(SENTENCES)].mean(0)).max() > 0.1  # ... not on the distinct texts
+
+
 def test_avg_and_mixed_specs_of_one_grid_share_one_averaged_model(saved_tiny_model, data_dir):
     from trainers.extraction import load_source
 

@@ -36,6 +36,27 @@ def test_cosine_spearman_matches_scipy():
     assert cosine_spearman(a, b, gold) == pytest.approx(spearmanr(cosine, gold).statistic * 100)
 
 
+def test_evaluator_embeds_both_sentences_of_every_pair(data_dir):
+    # duplicates kept, as SentEval's prepare() sees a task: a target-fitted post-processing depends on it
+    evaluator = STSEvaluator(data_dir, ["STS12", "STS16"])
+    vectors, calls = {}, []
+
+    def vector(sentence):
+        return vectors.setdefault(sentence, np.random.default_rng(len(vectors)).normal(size=4))
+
+    def embed(sentences):
+        calls.append(list(sentences))
+        return np.stack([vector(s) for s in sentences])
+
+    results = evaluator(embed)
+    expected = [s for pairs in evaluator.pairs.values() for s in pairs.sentences1 + pairs.sentences2]
+    assert calls == [expected] and len(expected) > len(set(expected))
+    for task, pairs in evaluator.pairs.items():
+        direct = cosine_spearman(np.stack([vector(s) for s in pairs.sentences1]),
+                                 np.stack([vector(s) for s in pairs.sentences2]), pairs.scores)
+        assert results[task] == round(direct, 2)
+
+
 def test_minilm_matches_published_mteb_scores(data_dir):
     # all-MiniLM-L6-v2 on the MTEB leaderboard: STSBenchmark 82.03 (cosine Spearman, test split)
     embed, info = load_embedder("all-MiniLM-L6-v2")

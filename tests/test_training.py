@@ -137,6 +137,22 @@ def test_embeddings_do_not_depend_on_batch_composition(saved_tiny_model):
     assert isinstance(tensor, torch.Tensor) and tensor.shape == (3, 32)
 
 
+def test_encode_sentences_encodes_each_distinct_sentence_once(tokenizer):
+    from modeling.encoding import encode_sentences
+
+    batch_rows = []
+
+    def embed_batch(batch):
+        batch_rows.append(len(batch["input_ids"]))
+        return batch["attention_mask"].sum(1, keepdim=True).float()  # token count: one value per sentence
+
+    sentences = ["a man sleeps .", "a cat", "a man sleeps .", "two dogs run in the park .", "a cat"]
+    vectors = encode_sentences(embed_batch, tokenizer, sentences, batch_size=2)
+    assert sum(batch_rows) == 3
+    alone = [encode_sentences(embed_batch, tokenizer, [s]).item() for s in sentences]
+    assert vectors[:, 0].tolist() == alone
+
+
 def test_encode_rejects_a_bare_string(saved_tiny_model):
     model = SimCSEModel.from_pretrained(saved_tiny_model)
     with pytest.raises(TypeError, match="list of sentences"):

@@ -326,8 +326,15 @@ class Extractor:
         return output.numpy()
 
     def embed(self, source, texts: Sequence[str], setting: ExtractionSetting) -> np.ndarray:
-        """Sentence embeddings of ``texts`` (the whole target dataset) for one cell, post-processing fitted here."""
+        """Sentence embeddings of ``texts`` (the whole target dataset) for one cell, post-processing fitted here.
+
+        A text given several times (an STS sentence in several pairs) is encoded once but counts once per occurrence
+        in the post-processing fit and in idf^T, as in SentEval's ``prepare``.
+        """
         texts = list(texts)
+        rows = {}
+        positions = [rows.setdefault(text, len(rows)) for text in texts]
+        distinct = list(rows)
 
         def pooled(sentences):
             parts = getattr(source, "parts", ((source, 1.0),))
@@ -335,7 +342,7 @@ class Extractor:
             return sum(weight * self.aggregate(part, sentences, setting, texts) for part, weight in parts)
 
         reference = pooled(self.reference) if setting.postprocessing.needs_reference else None
-        return setting.postprocessing.fit_transform(pooled(texts), reference)
+        return setting.postprocessing.fit_transform(pooled(distinct)[positions], reference)
 
     def embedder(self, source, setting: ExtractionSetting) -> Callable[[list], np.ndarray]:
         return lambda texts: self.embed(source, texts, setting)

@@ -116,7 +116,10 @@ class STSEvaluator:
         tasks: subset of :data:`STS_TASKS`.
         split: ``"test"`` (reporting) or ``"dev"`` (STS-B dev / SICK-R trial, for model selection).
 
-    Call it with ``embed(sentences) -> (n, d) array``; it returns ``{task: score, ..., "avg": mean}``.
+    Call it with ``embed(sentences) -> (n, d) array``; it returns ``{task: score, ..., "avg": mean}``. ``embed`` gets
+    both sentences of every scored pair, duplicates kept, as SentEval's ``prepare`` sees a task: a post-processing or
+    idf^T fitted inside ``embed`` then weights a sentence by how often the task uses it, which is what reproduces the
+    published whitening numbers (benchmarks/RESULTS.md). The shared encoders encode each distinct sentence once.
     """
 
     def __init__(self, data_dir, tasks: Sequence[str] = STS_TASKS, split: str = "test"):
@@ -144,14 +147,14 @@ class STSEvaluator:
         return list(unique)
 
     def __call__(self, embed: Callable[[list], np.ndarray]) -> dict:
-        sentences = self.sentences()
+        sentences = [s for pairs in self.pairs.values() for s in pairs.sentences1 + pairs.sentences2]
         vectors = np.asarray(embed(sentences), dtype=np.float64)
-        index = {sentence: row for row, sentence in enumerate(sentences)}
-        results = {}
+        results, start = {}, 0
         for task, pairs in self.pairs.items():
-            rows1 = [index[s] for s in pairs.sentences1]
-            rows2 = [index[s] for s in pairs.sentences2]
-            results[task] = round(cosine_spearman(vectors[rows1], vectors[rows2], pairs.scores), 2)
+            count = len(pairs.scores)
+            first, second = vectors[start : start + count], vectors[start + count : start + 2 * count]
+            results[task] = round(cosine_spearman(first, second, pairs.scores), 2)
+            start += 2 * count
         results["avg"] = round(float(np.mean([results[task] for task in self.tasks])), 2)
         return results
 
