@@ -1,10 +1,18 @@
 """Length-sorted batched encoding shared by every csekit model and the evaluators."""
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+
+def deduplicate(texts: Sequence[str]) -> Tuple[list, list]:
+    """``(distinct, positions)``: the distinct texts in first-seen order, and for each input text its row in
+    ``distinct`` (so ``vectors_of(distinct)[positions]`` gives one row per input)."""
+    rows = {}
+    positions = [rows.setdefault(text, len(rows)) for text in texts]
+    return list(rows), positions
 
 
 def encode_sentences(
@@ -38,9 +46,7 @@ def encode_sentences(
     sentences = list(sentences)
     if not sentences:
         raise ValueError("encode got an empty list of sentences")
-    rows = {}
-    positions = [rows.setdefault(sentence, len(rows)) for sentence in sentences]  # row of each input in `sentences`
-    sentences = list(rows)
+    sentences, positions = deduplicate(sentences)
     truncation = dict(truncation=True, max_length=max_length) if max_length else dict(truncation=True)
     lengths = np.asarray(tokenizer(sentences, add_special_tokens=True, return_length=True, **truncation)["length"])
     order = np.argsort(-lengths, kind="stable")

@@ -5,6 +5,7 @@ through ``accelerator.prepare`` (DDP when N > 1) and the loss gathers candidates
 ``SimCSETrainer`` does. Rank 0 writes the process-averaged loss and the DDP-synchronised gradients.
 """
 
+import os
 import sys
 
 import torch
@@ -75,7 +76,10 @@ def main(output_path: str, gather: bool) -> None:
         world = torch.tensor([accelerator.num_processes])
         save_file({"loss": mean_loss.reshape(1), "world_size": world, **grads}, output_path)
     accelerator.wait_for_everyone()
-    accelerator.end_training()  # destroys the process group; left to interpreter exit, gloo can abort a rank
+    # Everything is written: skip interpreter teardown. Tearing gloo down there aborted a rank ("terminate called
+    # without an active exception") or, after an explicit destroy_process_group, hung one (torch 2.13, a few runs
+    # in twenty on a loaded 2-core machine).
+    os._exit(0)
 
 
 if __name__ == "__main__":

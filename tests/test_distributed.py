@@ -1,7 +1,6 @@
 """Two CPU processes (gloo, via ``accelerate launch``) give the loss and gradients of one process with the
 concatenated batch: in-batch negatives are gathered across processes with gradients, labels offset by rank."""
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +12,10 @@ from safetensors.torch import load_file
 WORKER = Path(__file__).with_name("dist_worker.py")
 
 
-def free_port() -> int:
-    # accelerate's default rendezvous port (29500) may be taken by another run on the same host
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch(num_processes: int, output: Path, *extra: str) -> dict:
     # On a CPU-only host `--multi_gpu` is what makes accelerate start N gloo processes (MULTI_CPU);
     # `--cpu --num_processes 2` silently runs a single process.
-    mode = ["--multi_gpu", "--main_process_port", str(free_port())] if num_processes > 1 else ["--cpu"]
+    mode = ["--multi_gpu"] if num_processes > 1 else ["--cpu"]
     command = [sys.executable, "-m", "accelerate.commands.launch", *mode, "--num_processes", str(num_processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(WORKER), str(output),
                *extra]

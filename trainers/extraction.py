@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from modeling.encoding import deduplicate
 from modeling.modeling_encoder import build_encoder
 from modeling.pooling import STATIC_EMBEDDINGS_LAYER, masked_mean, mean_layer_states
 
@@ -332,9 +333,7 @@ class Extractor:
         in the post-processing fit and in idf^T, as in SentEval's ``prepare``.
         """
         texts = list(texts)
-        rows = {}
-        positions = [rows.setdefault(text, len(rows)) for text in texts]
-        distinct = list(rows)
+        distinct, positions = deduplicate(texts)
 
         def pooled(sentences):
             parts = getattr(source, "parts", ((source, 1.0),))

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import yaml
-from accelerate import PartialState
 from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
@@ -175,15 +174,10 @@ def run_recipe(
 
 
 def main_guard(main: Callable) -> None:
-    """Run a recipe's ``main``; bad input or an invalid model config ends with one line instead of a traceback.
-
-    A multi-process run then tears its process group down itself: left to interpreter shutdown, gloo can abort a rank
-    ("terminate called without an active exception") after all the work is done, failing the launch.
-    """
+    """Run a recipe's ``main``; bad input or an invalid model config ends with one line instead of a traceback."""
     try:
         main()
     except DataError as error:
         sys.exit(f"error: {error}")
     except StrictDataclassError as error:  # config validators: report their own message
         sys.exit(f"error: invalid model configuration: {error.__cause__ or error}")
-    PartialState().destroy_process_group()
