@@ -22,11 +22,11 @@ from common import emit
 from torch import nn
 from transformers import AutoTokenizer
 
-from modeling import CLSRModel, nt_xent_loss
-from trainers.clsr import build_pair_corpus, held_out_test_sentences, load_positive_pairs
-from trainers.embedding_cache import EmbeddingCache
-from trainers.encoders import resolve_model_path
-from trainers.lars import LARS, lars_param_groups
+from csekit.modeling import CLSRModel, nt_xent_loss
+from csekit.trainers.clsr import build_pair_corpus, held_out_test_sentences, load_positive_pairs
+from csekit.trainers.embedding_cache import EmbeddingCache
+from csekit.loading import resolve_model_path
+from csekit.trainers.lars import LARS, lars_param_groups
 
 
 def run_epochs(model, projection, optimizer, pairs, batch, epochs, vectors_for, generator) -> float:

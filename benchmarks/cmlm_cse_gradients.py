@@ -18,11 +18,11 @@ import torch
 from common import emit
 from transformers import AutoTokenizer
 
-from modeling import CMLMCSEForPreTraining
-from modeling.losses import info_nce_loss
-from trainers import CMLMCSECollator
-from trainers.data import read_sentences, resolve_data_file
-from trainers.encoders import resolve_model_path
+from csekit.modeling import CMLMCSEForPreTraining
+from csekit.modeling.losses import info_nce_loss
+from csekit.trainers import CMLMCSECollator
+from csekit.data import read_sentences, resolve_data_file
+from csekit.loading import resolve_model_path
 
 
 def split_norms(loss: torch.Tensor, named_parameters: list) -> tuple:

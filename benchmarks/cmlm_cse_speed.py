@@ -21,10 +21,10 @@ from common import device_description, emit, synchronize
 from datasets import Dataset
 from transformers import AutoTokenizer, TrainingArguments
 
-from modeling import CMLMCSEForPreTraining, SimCSEModel
-from trainers import CMLMCSECollator, CMLMCSETrainer, ContrastiveCollator, SimCSETrainer
-from trainers.data import read_sentences, resolve_data_file
-from trainers.encoders import resolve_device, resolve_model_path
+from csekit.modeling import CMLMCSEForPreTraining, SimCSEModel
+from csekit.trainers import CMLMCSECollator, CMLMCSETrainer, ContrastiveCollator, SimCSETrainer
+from csekit.data import read_sentences, resolve_data_file
+from csekit.loading import resolve_device, resolve_model_path
 
 
 def timed(function, device: torch.device) -> float:

@@ -87,9 +87,9 @@ def collect_method(key: str, args) -> dict:
 
 def score_suites(model_dir: Path, suites: list, args) -> dict:
     """Transfer / clustering / geometry of one model folder, computed once and cached in its eval_results.json."""
-    from trainers.data import resolve_data_dir
-    from trainers.encoders import load_embedder
-    from trainers.suites import evaluate_suites
+    from csekit.data import resolve_data_dir
+    from csekit.evaluation.encoders import load_embedder
+    from csekit.evaluation.suites import evaluate_suites
 
     results_file = model_dir / "eval_results.json"
     record = json.loads(results_file.read_text())
@@ -110,7 +110,7 @@ def run_extraction(args) -> dict:
     output = Path(args.output_root) / "extraction" / "extract.json"
     tasks = ",".join(["sts", *args.suites])
     if not output.is_file():
-        command = [sys.executable, "-m", "trainers.cli", "extract", *shlex.split(args.extraction), "--tasks", tasks,
+        command = [sys.executable, "-m", "csekit.cli", "extract", *shlex.split(args.extraction), "--tasks", tasks,
                    "--output", str(output)]
         if args.transfer_max_train:
             command += ["--transfer-max-train", str(args.transfer_max_train)]
@@ -225,7 +225,7 @@ def main(argv=None):
     print(body)
     replace_section(Path(args.results), body)
     if args.cards:
-        from trainers.model_card import COMPARISON_FILE, write_model_card
+        from csekit.publishing.model_card import COMPARISON_FILE, write_model_card
 
         for folder in card_folders:
             (folder / COMPARISON_FILE).write_text(body.replace(SECTION + "\n", "", 1).strip() + "\n")

@@ -12,10 +12,10 @@ import numpy as np
 from common import Stopwatch, device_description, interleaved, median
 from sentence_transformers import SentenceTransformer
 
-from modeling import SimCSEModel
-from trainers.data import resolve_data_dir
-from trainers.encoders import embedded_minilm_path, resolve_device
-from trainers.sts import load_sts_task
+from csekit.modeling import SimCSEModel
+from csekit.data import resolve_data_dir
+from csekit.loading import embedded_minilm_path, resolve_device
+from csekit.evaluation.sts import load_sts_task
 
 
 def main():

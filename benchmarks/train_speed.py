@@ -18,12 +18,12 @@ from sentence_transformers import SentenceTransformer, SentenceTransformerTraine
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from transformers import AutoTokenizer, TrainerCallback
 
-from modeling import SimCSEModel
-from trainers.collators import ContrastiveCollator
-from trainers.data import read_sentences, resolve_data_dir
-from trainers.encoders import embedded_minilm_path
-from trainers.recipe import CSETrainingArguments
-from trainers.trainer import SimCSETrainer
+from csekit.modeling import SimCSEModel
+from csekit.trainers.collators import ContrastiveCollator
+from csekit.data import read_sentences, resolve_data_dir
+from csekit.loading import embedded_minilm_path
+from csekit.trainers.recipe import CSETrainingArguments
+from csekit.trainers.trainer import SimCSETrainer
 
 BATCH, MAX_LENGTH, WARMUP = 64, 32, 1
 

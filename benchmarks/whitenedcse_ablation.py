@@ -59,7 +59,7 @@ def hidden_size(recipe_args: list) -> int:
     import yaml
     from transformers import AutoConfig
 
-    from trainers.encoders import resolve_model_path
+    from csekit.loading import resolve_model_path
 
     flags = argparse.ArgumentParser(add_help=False)
     flags.add_argument("--config")

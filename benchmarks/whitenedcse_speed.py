@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from modeling import SimCSEModel, WhitenedCSEModel
-from modeling.configuration_whitenedcse import dropout_views
-from modeling.losses import info_nce_loss, multi_positive_info_nce_terms, multi_positive_l1_loss
-from trainers.collators import ContrastiveCollator
-from trainers.data import resolve_data_file
-from trainers.encoders import resolve_model_path
+from csekit.modeling import SimCSEModel, WhitenedCSEModel
+from csekit.modeling.configuration_whitenedcse import dropout_views
+from csekit.modeling.losses import info_nce_loss, multi_positive_info_nce_terms, multi_positive_l1_loss
+from csekit.trainers.collators import ContrastiveCollator
+from csekit.data import resolve_data_file
+from csekit.loading import resolve_model_path
 
 
 def simcse_loss(model, batch):

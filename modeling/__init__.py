@@ -1,6 +1,9 @@
 """csekit models. Importing this package registers every config/model with ``AutoConfig``/``AutoModel`` and marks
 them for ``auto_map`` + code export, so saved folders also load with ``trust_remote_code=True`` without csekit."""
 
+if __name__ != "csekit.modeling":  # the checkout's folder imported by its own name (repository root on sys.path)
+    raise ImportError(f"{__name__} is installed as csekit.modeling: import csekit (pip install -e . in a checkout)")
+
 from transformers import AutoConfig, AutoModel
 
 from .configuration_clsr import CLSRConfig

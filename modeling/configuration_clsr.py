@@ -13,7 +13,7 @@ class CLSRConfig(SentenceEncoderConfig):
 
     Defaults follow the paper: mean pooling of the last layer (its Table 4 prefers it to [CLS]), an MLP with one
     hidden layer whose output has the backbone's hidden size, NT-Xent at temperature 0.1. The projection head ``h``
-    is a training-only module (``trainers.clsr``), so it has no field here and is not saved.
+    is a training-only module (``csekit.trainers.clsr``), so it has no field here and is not saved.
 
     Args:
         pooler_type: pooling of the frozen backbone (``avg`` = mean of the last layer; ``cls_before_pooler`` = the

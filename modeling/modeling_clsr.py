@@ -2,7 +2,7 @@
 
 The backbone ``m`` (BERT, RoBERTa, a sentence-transformers model, ...) is never updated; its pooled sentence vector
 goes through the MLP encoder ``e`` whose output is the sentence representation. Training adds a linear projection
-head ``h`` and the NT-Xent loss (``losses.nt_xent_loss``); both live in ``trainers.clsr``, which trains ``e`` on
+head ``h`` and the NT-Xent loss (``losses.nt_xent_loss``); both live in ``csekit.trainers.clsr``, which trains ``e`` on
 cached pooled vectors, so the saved model is just frozen encoder + pooling + ``e``.
 
 Example::

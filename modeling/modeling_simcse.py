@@ -1,6 +1,6 @@
 """SimCSE (Gao et al., 2021): contrastive learning with dropout (unsupervised) or NLI (supervised) positives.
 
-The contrastive objective itself lives in ``losses.py`` and is computed by ``trainers.SimCSETrainer``; the model
+The contrastive objective itself lives in ``losses.py`` and is computed by ``csekit.trainers.SimCSETrainer``; the model
 only maps tokens to embeddings.
 
 Example::

@@ -2,7 +2,7 @@
 
 Training: tokens ``(batch, views, seq_len)`` -> encoder -> pool -> per-view backbone features; the head whitens
 ``1 + num_positives`` draws of them (anchor + positives, see ``WhitenedCSEConfig.positive_source``), then applies
-linear + tanh. The multi-positive loss (``losses.py``) is computed by ``trainers.WhitenedCSETrainer``.
+linear + tanh. The multi-positive loss (``losses.py``) is computed by ``csekit.trainers.WhitenedCSETrainer``.
 
 Inference (eval mode, ``encode``): the representation chosen by ``config.inference_representation``, computed with
 running statistics only, so a sentence's vector does not depend on its batch.

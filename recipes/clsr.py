@@ -1,6 +1,7 @@
 """CLSR training recipe (Qiu, Ding & Chen): a contrastive MLP head on a frozen pretrained encoder.
 
     accelerate launch recipes/clsr.py [--config recipes/configs/X.yaml] [--key value ...]
+    python -m csekit.recipes.clsr [...]                     (installed csekit)
 
 Steps: pool every training sentence once with the frozen encoder (cached on disk, keyed by model + pooling +
 data), train the MLP encoder ``e`` + projection ``h`` on the cached vectors (NT-Xent, LARS, warm-up + cosine),
@@ -10,17 +11,17 @@ CLSR into OUTPUT_DIR/eval_results.json (test vectors are cached too; ``csekit ev
 CLSR scores).
 
 Defaults are the paper's: mean pooling, temperature 0.1, batch 512 pairs, LARS lr 0.5, weight decay 1e-4, 2000
-epochs, 10 warm-up epochs; training data NLI entailment pairs. ``--train_data stsb`` uses STS-B train pairs scored
-above 4; a ``.csv`` (sent0,sent1) brings your own pairs. STS-B test and SICK-R test sentences never enter training.
-``--random_init true`` builds the backbone from its config with random weights (the paper's "mechanics" check on an
-untrained BERT). The head trains in one process (CPU or one GPU); ``--help`` lists every flag.
+epochs, 10 warm-up epochs; training data NLI entailment pairs. --train_file stsb uses STS-B train pairs scored
+above 4; a .csv (sent0,sent1) brings your own pairs. STS-B test and SICK-R test sentences never enter training.
+--random_init true builds the backbone from its config with random weights (the paper's "mechanics" check on an
+untrained BERT). The head trains in one process (CPU or one GPU).
 """
 
 import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -28,8 +29,12 @@ import torch
 from accelerate import PartialState
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
-from modeling import CLSRConfig, CLSRModel
-from trainers.clsr import (
+from csekit.data import resolve_data_dir
+from csekit.errors import DataError
+from csekit.evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
+from csekit.loading import RESULTS_FILE, resolve_model_path
+from csekit.modeling import CLSRConfig, CLSRModel
+from csekit.trainers.clsr import (
     CachedSTSEvaluator,
     CLSRTrainer,
     CLSRTrainingArguments,
@@ -37,42 +42,29 @@ from trainers.clsr import (
     held_out_test_sentences,
     load_positive_pairs,
 )
-from trainers.data import DataError, resolve_data_dir
-from trainers.embedding_cache import EmbeddingCache
-from trainers.encoders import resolve_model_path
-from trainers.recipe import main_guard, parse_recipe_args
-from trainers.sts import STS_TASKS, STSEvaluator, format_sts_table
+from csekit.trainers.embedding_cache import EmbeddingCache
+from csekit.trainers.recipe import (
+    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, write_arguments,
+)
+
+CLSRArguments = model_arguments(CLSRConfig)
 
 
 @dataclass
-class CLSRArguments:
-    model_name_or_path: str = field(
-        default="bert-base-uncased",
-        metadata={"help": "Frozen backbone: a local folder, 'all-MiniLM-L6-v2' (embedded), or a Hub id in the local "
-                  "cache. With --random_init a folder holding only config + tokenizer is enough."},
-    )
-    random_init: bool = field(default=False, metadata={"help": "Random backbone weights from the config (seeded)."})
+class BackboneArguments:
+    random_init: bool = field(default=False, metadata={"help": "Random backbone weights from the config (seeded); "
+                              "then a --model_name_or_path folder holding only config + tokenizer is enough."})
     random_init_num_layers: Optional[int] = field(
         default=None, metadata={"help": "With --random_init: override the backbone depth (a smaller random BERT)."}
     )
-    pooler_type: str = field(default="avg", metadata={"help": "Backbone pooling: avg (mean, paper default), "
-                             "cls_before_pooler ([CLS]), avg_first_last, avg_top2."})
-    mlp_hidden_size: Optional[int] = field(default=None, metadata={"help": "Hidden width of e (default: hidden)."})
-    representation_size: Optional[int] = field(default=None, metadata={"help": "Output size of e (default: hidden)."})
-    temperature: float = field(default=0.1, metadata={"help": "NT-Xent temperature."})
-    max_length: Optional[int] = field(
-        default=None, metadata={"help": "Truncation length for training and inference (default: model maximum)."}
-    )
 
 
 @dataclass
-class CLSRDataArguments:
-    train_data: str = field(
-        default="nli", metadata={"help": "nli (SNLI dev+test entailment pairs), stsb (STS-B train pairs > 4), or a "
-                                 "sent0,sent1 .csv (relative paths are also looked up in the data folder)."}
-    )
-    data_dir: Optional[str] = field(
-        default=None, metadata={"help": "Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data)."}
+class CLSRDataArguments(DataArguments):
+    train_file: str = field(
+        default="nli", metadata={"help": "Positive pairs: nli (SNLI dev+test entailment pairs in the data folder), "
+                                 "stsb (STS-B train pairs > 4), or a sent0,sent1 .csv (relative paths are also looked "
+                                 "up in the data folder)."}
     )
     cache_dir: Optional[str] = field(
         default=None, metadata={"help": "Embedding cache folder (default: $CSEKIT_CACHE_DIR or "
@@ -83,41 +75,41 @@ class CLSRDataArguments:
         default=None, metadata={"help": "CPU threads for torch (default: torch's choice; 1 is often faster on a "
                                 "machine shared with other jobs)."}
     )
-    do_test_eval: bool = field(default=True, metadata={"help": "Score base and CLSR on the 7 STS test sets."})
 
 
-def build_model(args: CLSRArguments, seed: int) -> CLSRModel:
-    options = dict(pooler_type=args.pooler_type, mlp_hidden_size=args.mlp_hidden_size,
-                   representation_size=args.representation_size, temperature=args.temperature,
-                   max_length=args.max_length)
+def build_model(args, backbone: BackboneArguments, seed: int) -> CLSRModel:
+    options = config_kwargs(args, CLSRConfig)
     set_seed(seed)  # e's initialisation (and a random backbone's) draw from the global generator
-    if not args.random_init:
-        if args.random_init_num_layers is not None:
+    if not backbone.random_init:
+        if backbone.random_init_num_layers is not None:
             raise DataError("--random_init_num_layers needs --random_init true")
         path = resolve_model_path(args.model_name_or_path)
         model = CLSRModel.from_encoder(path, **options)
     else:
         path = args.model_name_or_path
         encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
-        if args.random_init_num_layers is not None:
-            encoder_config.num_hidden_layers = args.random_init_num_layers
+        if backbone.random_init_num_layers is not None:
+            encoder_config.num_hidden_layers = backbone.random_init_num_layers
         model = CLSRModel(CLSRConfig(encoder_config=encoder_config.to_dict(), **options))
         model.config.name_or_path = path
     model.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model
 
 
-def main():
-    model_args, data_args, training_args = parse_recipe_args((CLSRArguments, CLSRDataArguments, CLSRTrainingArguments))
+def main(argv=None, prog=None):
+    model_args, backbone_args, data_args, training_args = parse_recipe_args(
+        (CLSRArguments, BackboneArguments, CLSRDataArguments, CLSRTrainingArguments), argv, description=__doc__,
+        prog=prog,
+    )
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if data_args.torch_threads:
         torch.set_num_threads(data_args.torch_threads)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise DataError("CLSR trains a small head on cached vectors in one process; launch with --num_processes 1")
     data_dir = resolve_data_dir(data_args.data_dir)
-    model = build_model(model_args, training_args.seed).to(PartialState().device)
+    model = build_model(model_args, backbone_args, training_args.seed).to(PartialState().device)
     held_out = held_out_test_sentences(data_dir)
-    corpus = build_pair_corpus(*load_positive_pairs(data_args.train_data, data_dir), held_out)
+    corpus = build_pair_corpus(*load_positive_pairs(data_args.train_file, data_dir), held_out)
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
     train_entry = cache.get(model, corpus.sentences, batch_size=data_args.encode_batch_size)
@@ -133,9 +125,9 @@ def main():
     model.tokenizer.save_pretrained(output_dir)
     record = {
         "model": str(output_dir), "base_model": model_args.model_name_or_path, "pooler": model.config.pooler_type,
-        "train_data": data_args.train_data, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
+        "train_data": data_args.train_file, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
         "pooling_seconds": round(pooling_seconds, 1), "train_cache": train_entry.status,
-        "arguments": {**asdict(model_args), **asdict(training_args)}, **summary,
+        **summary,
         "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
     }
     if data_args.do_test_eval:
@@ -144,9 +136,11 @@ def main():
         test_evaluator = CachedSTSEvaluator(test, test_vectors)
         record["base_sts"], record["sts"] = test_evaluator(), test_evaluator(model.mlp)
         rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
-                f"+ CLSR ({data_args.train_data})": record["sts"]}
+                f"+ CLSR ({data_args.train_file})": record["sts"]}
         print(format_sts_table(rows, title="STS test (Spearman x100)"))
-    (output_dir / "eval_results.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_arguments(output_dir, model_args=model_args, backbone_args=backbone_args, data_args=data_args,
+                    training_args=training_args)
+    (output_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

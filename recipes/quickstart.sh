@@ -18,7 +18,7 @@ accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no 
 csekit card "$OUT"
 python3 - "$OUT" <<'PY'
 import json, sys
-from trainers.sts import format_sts_table
+from csekit.evaluation.sts import format_sts_table
 before = json.load(open("outputs/quickstart-before.json"))["sts"]
 after = json.load(open(f"{sys.argv[1]}/eval_results.json"))["sts"]
 print(format_sts_table({"all-MiniLM-L6-v2": before, "+ SimCSE (quickstart)": after},

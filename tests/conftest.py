@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, RobertaConfig
 
-from trainers.data import resolve_data_dir
-from trainers.encoders import embedded_minilm_path
+from csekit.data import resolve_data_dir
+from csekit.loading import embedded_minilm_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +55,7 @@ def _seed():
 
 
 def run_isolated_python(code: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter where csekit's packages cannot be imported.
+    """Run ``code`` in a fresh interpreter where csekit cannot be imported.
 
     The repository root and the installed project are removed from ``sys.path`` first, so a model that loads there
     loads through ``trust_remote_code`` alone.
@@ -66,7 +66,7 @@ def run_isolated_python(code: str, cwd: Path, timeout: int = 300) -> subprocess.
         # a setuptools editable install imports through a meta-path finder, not a sys.path entry
         "sys.meta_path = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]\n"
         "import importlib.util\n"
-        "assert importlib.util.find_spec('modeling') is None and importlib.util.find_spec('trainers') is None\n"
+        "assert all(importlib.util.find_spec(name) is None for name in ('csekit', 'modeling', 'trainers'))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
@@ -78,7 +78,7 @@ def run_isolated_python(code: str, cwd: Path, timeout: int = 300) -> subprocess.
 @pytest.fixture(scope="session")
 def saved_tiny_model(tmp_path_factory, tokenizer):
     """A tiny random SimCSE model saved with a tokenizer: a complete csekit model folder."""
-    from modeling import SimCSEConfig, SimCSEModel
+    from csekit.modeling import SimCSEConfig, SimCSEModel
 
     folder = tmp_path_factory.mktemp("tiny_simcse")
     config = SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(), pooler_type="avg")

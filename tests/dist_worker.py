@@ -13,10 +13,10 @@ from accelerate import Accelerator
 from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
-from modeling import SimCSEConfig, SimCSEModel
-from trainers.collators import ContrastiveCollator
-from trainers.encoders import embedded_minilm_path
-from trainers.trainer import SimCSETrainer
+from csekit.modeling import SimCSEConfig, SimCSEModel
+from csekit.trainers.collators import ContrastiveCollator
+from csekit.loading import embedded_minilm_path
+from csekit.trainers.trainer import SimCSETrainer
 
 TRIPLETS = [
     ("a man is playing a guitar", "someone plays an instrument", "a woman is cooking"),

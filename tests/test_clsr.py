@@ -9,9 +9,9 @@ import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel
 
-from modeling import CLSRConfig, CLSRModel, nt_xent_loss
+from csekit.modeling import CLSRConfig, CLSRModel, nt_xent_loss
 from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
-from trainers.clsr import (
+from csekit.trainers.clsr import (
     CachedSTSEvaluator,
     CLSRTrainer,
     CLSRTrainingArguments,
@@ -20,10 +20,10 @@ from trainers.clsr import (
     load_positive_pairs,
     normalize_sentence,
 )
-from trainers.data import DataError
-from trainers.embedding_cache import EmbeddingCache
-from trainers.lars import LARS, lars_param_groups
-from trainers.sts import STSEvaluator
+from csekit.errors import DataError
+from csekit.trainers.embedding_cache import EmbeddingCache
+from csekit.trainers.lars import LARS, lars_param_groups
+from csekit.evaluation.sts import STSEvaluator
 
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} ." for i, (animal, verb) in enumerate(
     [(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]
@@ -314,7 +314,7 @@ def test_recipe_help_lists_flags():
     result = subprocess.run([sys.executable, "recipes/clsr.py", "--help"], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0
-    for flag in ("--train_data", "--pooler_type", "--per_device_train_batch_size", "--num_train_epochs",
+    for flag in ("--train_file", "--report_to", "--pooler_type", "--per_device_train_batch_size", "--num_train_epochs",
                  "--random_init", "--cache_dir"):
         assert flag in result.stdout
 
@@ -322,11 +322,11 @@ def test_recipe_help_lists_flags():
 def test_recipe_seed_fixes_the_head_initialisation(tokenizer, tmp_path):
     from transformers import BertModel
 
-    from recipes.clsr import CLSRArguments, build_model
+    from csekit.recipes.clsr import BackboneArguments, CLSRArguments, build_model
 
     BertModel(tiny_bert_config()).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     args = CLSRArguments(model_name_or_path=str(tmp_path))
-    first, again, other = (build_model(args, seed).mlp.state_dict() for seed in (7, 7, 8))
+    first, again, other = (build_model(args, BackboneArguments(), seed).mlp.state_dict() for seed in (7, 7, 8))
     assert all(torch.equal(first[k], again[k]) for k in first)  # a seed reproduces the run
     assert not torch.equal(first["dense_in.weight"], other["dense_in.weight"])

@@ -13,11 +13,11 @@ from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors import safe_open
 from transformers import AutoModel, TrainingArguments
 
-from modeling import CMLMCSEConfig, CMLMCSEForPreTraining, CMLMCSEModel, SimCSEConfig, SimCSEModel
+from csekit.modeling import CMLMCSEConfig, CMLMCSEForPreTraining, CMLMCSEModel, SimCSEConfig, SimCSEModel
 from tests.conftest import run_isolated_python, tiny_bert_config
-from trainers.cmlm_cse import CMLMCSECollator, CMLMCSETrainer, DropOneWord, WordRepetition, contrastive_augmentation
-from trainers.data import DataError
-from trainers.trainer import SimCSETrainer
+from csekit.trainers.cmlm_cse import CMLMCSECollator, CMLMCSETrainer, DropOneWord, WordRepetition, contrastive_augmentation
+from csekit.errors import DataError
+from csekit.trainers.trainer import SimCSETrainer
 
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} in the garden today ." for i, (animal, verb) in
              enumerate([(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]
@@ -256,10 +256,14 @@ def test_random_fusioner_may_be_deeper_than_the_encoder():
 
 
 def test_recipe_rejects_minilm_layer_combinations(minilm_path):
-    from recipes.cmlm_cse import CMLMCSEArguments, build_model
+    from csekit.recipes.cmlm_cse import RECIPE
+
+    def build(*flags):
+        model_args = RECIPE.parse(["--pooler_type", "avg", *flags])[0]
+        return RECIPE.build_model(str(minilm_path), model_args)
 
     # recipes' main_guard prints this validator message as one line ("error: invalid model configuration: ...")
     with pytest.raises(StrictDataclassError, match="extractor_layers=6 is impossible for an encoder with 6 layers"):
-        build_model(str(minilm_path), CMLMCSEArguments(pooler_type="avg", extractor_layers=6, fusion_layers=2))
-    model = build_model(str(minilm_path), CMLMCSEArguments(pooler_type="avg", extractor_layers=4, fusion_layers=2))
+        build("--extractor_layers", "6", "--fusion_layers", "2")
+    model = build("--extractor_layers", "4", "--fusion_layers", "2")
     assert len(model.auxiliary.extractor.encoder.layer) == 4 and len(model.auxiliary.fusioner) == 2

@@ -6,8 +6,10 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT
-from trainers.collators import ContrastiveCollator
-from trainers.data import DataError, load_training_dataset, read_pairs, read_sentences, resolve_data_dir
+from csekit.trainers.collators import ContrastiveCollator
+from csekit.data import read_sentences, resolve_data_dir
+from csekit.errors import DataError
+from csekit.trainers.data import load_training_dataset, read_pairs
 
 
 def write(path, content: bytes):
@@ -96,7 +98,7 @@ def test_recipe_reports_bad_input_in_one_line_and_writes_nothing(tmp_path, setup
         write(tmp_path / "c.txt", b"a\n" * 70)
     defaults = ["--model_name_or_path", "all-MiniLM-L6-v2", "--output_dir", "out"]
     result = run_recipe_cli(*defaults, *args, cwd=tmp_path)
-    assert result.returncode != 0
+    assert result.returncode == 2
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("error: ") and message in last_line, result.stderr[-2000:]
     assert not (tmp_path / "out").exists()

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from trainers.cli import main
-from trainers.clustering import ClusteringEvaluator, cluster_accuracy_runs, clustering_accuracy, load_clustering_dataset
-from trainers.data import DataError
-from trainers.geometry import alignment, isoscore, uniformity
-from trainers.transfer import TransferTask, load_transfer_task, restrict_task, score_task
+from csekit.cli import main
+from csekit.evaluation.clustering import ClusteringEvaluator, cluster_accuracy_runs, clustering_accuracy, load_clustering_dataset
+from csekit.errors import DataError
+from csekit.evaluation.geometry import alignment, isoscore, uniformity
+from csekit.evaluation.transfer import TransferTask, load_transfer_task, restrict_task, score_task
 
 
 def test_hungarian_accuracy_hand_example():
@@ -82,7 +82,7 @@ def test_isoscore_extremes():
 
 def test_evaluate_cli_clustering_json(tmp_path, monkeypatch, data_dir):
     """`csekit evaluate --tasks clustering` writes the suite object into the JSON record (tiny subsample)."""
-    import trainers.encoders as encoders
+    import csekit.evaluation.encoders as encoders
 
     def fake_loader(name, pooler, max_length, batch_size, device):
         def embed(texts):

@@ -6,18 +6,17 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoModel, PreTrainedTokenizerFast
 
-from modeling.pooling import pool
+from csekit.modeling.pooling import pool
 from tests.conftest import tiny_bert_config
-from trainers.cli import main
-from trainers.data import DataError
-from trainers.encoders import resolve_device
-from trainers.extraction import (
-    ExtractionSetting, Extractor, HiddenStateCache, TransformerSource, read_reference_corpus, resolve_layers,
-)
-from trainers.idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
-from trainers.postprocessing import parse_postprocessing
-from trainers.prompts import TEMPLATES, mask_token_weights, resolve_template
-from trainers.static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
+from csekit.cli import main
+from csekit.errors import DataError
+from csekit.loading import resolve_device
+from csekit.data import read_reference_corpus
+from csekit.extraction.extractor import ExtractionSetting, Extractor, HiddenStateCache, TransformerSource, resolve_layers
+from csekit.extraction.idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
+from csekit.extraction.postprocessing import parse_postprocessing
+from csekit.extraction.prompts import TEMPLATES, mask_token_weights, resolve_template
+from csekit.extraction.static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
 
 SENTENCES = [
     "a man is playing a guitar .",
@@ -253,7 +252,7 @@ def test_repeated_texts_are_encoded_once_but_count_in_the_fit(tiny_source):
 
 
 def test_avg_and_mixed_specs_of_one_grid_share_one_averaged_model(saved_tiny_model, data_dir):
-    from trainers.extraction import load_source
+    from csekit.extraction.extractor import load_source
 
     shared = {}
     static = load_source(f"avg:{saved_tiny_model}", data_dir, SENTENCES, averaged_sources=shared)
@@ -272,8 +271,8 @@ def test_resolve_device():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_extraction_and_evaluation_match_cpu(saved_tiny_model, data_dir):
-    from trainers.encoders import load_embedder
-    from trainers.extraction import load_source
+    from csekit.evaluation.encoders import load_embedder
+    from csekit.extraction.extractor import load_source
 
     setting = ExtractionSetting("first_last", "none", "idf-w")
     extracted = {device: make_extractor().embed(load_source(str(saved_tiny_model), data_dir, device=device),

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from modeling.losses import cosine_logits, info_nce_loss
+from csekit.modeling.losses import cosine_logits, info_nce_loss
 
 
 def direct_info_nce(anchors, positives, hard_negatives=None, temperature=0.05, weight=0.0):

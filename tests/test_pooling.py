@@ -5,8 +5,8 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from conftest import tiny_bert_config, tiny_roberta_config
-from modeling import SimCSEConfig, SimCSEModel
-from modeling.pooling import resolve_pooling_layers
+from csekit.modeling import SimCSEConfig, SimCSEModel
+from csekit.modeling.pooling import resolve_pooling_layers
 
 
 def build(pooler_type, backbone=tiny_bert_config, **kwargs):

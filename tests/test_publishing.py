@@ -14,19 +14,17 @@ from sentence_transformers import SentenceTransformer
 from transformers import BertModel
 
 from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
-from modeling import MODEL_CLASSES, SimCSEConfig, SimCSEModel
-from trainers.cli import main as csekit
-from trainers.data import DataError
-from trainers.hub import files_to_push, push_to_hub
-from trainers.model_card import FAMILY_TEMPLATES, MODEL_CARDS_DIR, render_model_card, write_model_card
-from trainers.recipe import CSETrainingArguments, DataArguments, parse_recipe_args, run_recipe
-from trainers.st_export import export_sentence_transformers
-from trainers.sts import STS_TASKS
-from trainers.trainer import SimCSETrainer
+from csekit.modeling import MODEL_CLASSES, SimCSEConfig, SimCSEModel
+from csekit.cli import main as csekit
+from csekit.errors import DataError
+from csekit.publishing.hub import files_to_push, push_to_hub
+from csekit.publishing.model_card import FAMILY_TEMPLATES, MODEL_CARDS_DIR, render_model_card, write_model_card
+from csekit.recipes.simcse import RECIPE
+from csekit.trainers.recipe import run_recipe
+from csekit.publishing.st_export import export_sentence_transformers
+from csekit.evaluation.sts import STS_TASKS
+from csekit.trainers.trainer import SimCSETrainer
 
-_spec = importlib.util.spec_from_file_location("simcse_recipe", REPO_ROOT / "recipes" / "simcse.py")
-simcse_recipe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(simcse_recipe)
 
 SENTENCES = ["A cat sits on the mat.", "Markets rallied after the announcement of lower rates.", "hi", "Why?"]
 # tiny-config adjustments some methods need (their defaults assume a 12-layer, 768-wide backbone)
@@ -55,8 +53,7 @@ def trained(tmp_path_factory, tokenizer, data_dir):
     argv = ["--model_name_or_path", str(backbone), "--pooler_type", "cls", "--train_file", str(corpus),
             "--output_dir", str(output), "--per_device_train_batch_size", "8", "--max_steps", "2",
             "--eval_steps", "2", "--save_steps", "2", "--learning_rate", "1e-4", "--seed", "3"]
-    run_recipe(*parse_recipe_args((simcse_recipe.SimCSEArguments, DataArguments, CSETrainingArguments), argv),
-               simcse_recipe.build_model, SimCSETrainer)
+    run_recipe(RECIPE, *RECIPE.parse(argv))
     # the figure's evaluation on the first 600 STS-B train pairs (38 positives) keeps the test fast
     small = root / "data" / "senteval" / "downstream" / "STS" / "STSBenchmark"
     small.mkdir(parents=True)
@@ -242,7 +239,7 @@ def test_trainer_push_to_hub_uploads_the_csekit_set_and_trainer_side_pushes_are_
 
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     api = mock.MagicMock()
-    monkeypatch.setattr("trainers.trainer.HfApi", lambda token=None: api)
+    monkeypatch.setattr("csekit.trainers.trainer.HfApi", lambda token=None: api)
     args = TrainingArguments(output_dir=str(trained), hub_model_id="someone/tiny-simcse", report_to="none",
                              use_cpu=True)
     trainer = SimCSETrainer(model=SimCSEModel.from_pretrained(trained), args=args)
@@ -256,11 +253,9 @@ def test_trainer_push_to_hub_uploads_the_csekit_set_and_trainer_side_pushes_are_
                       args=TrainingArguments(output_dir=str(trained), push_to_hub=True, report_to="none"))
     # the recipes check --push_to_hub's requirements before any training
     argv = ["--model_name_or_path", str(trained), "--output_dir", str(trained.parent / "never"), "--push_to_hub"]
-    recipe_args = (simcse_recipe.SimCSEArguments, DataArguments, CSETrainingArguments)
     with pytest.raises(DataError, match="needs --hub_model_id"):
-        run_recipe(*parse_recipe_args(recipe_args, argv), simcse_recipe.build_model, SimCSETrainer)
+        run_recipe(RECIPE, *RECIPE.parse(argv))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="HF_HUB_OFFLINE is set"):
-        run_recipe(*parse_recipe_args(recipe_args, argv + ["--hub_model_id", "someone/x"]),
-                   simcse_recipe.build_model, SimCSETrainer)
+        run_recipe(RECIPE, *RECIPE.parse(argv + ["--hub_model_id", "someone/x"]))
     assert not (trained.parent / "never").exists()

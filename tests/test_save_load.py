@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModel
 
 from conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
-from modeling import SimCSEConfig, SimCSEModel
+from csekit.modeling import SimCSEConfig, SimCSEModel
 
 SENTENCES = ["A man is playing a guitar.", "Stocks fell sharply.", "the cat sleeps"]
 

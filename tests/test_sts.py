@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from trainers.cli import main as cli_main
-from trainers.encoders import load_embedder
-from trainers.sts import STSEvaluator, cosine_spearman, format_sts_table, load_sts_task
+from csekit.cli import main as cli_main
+from csekit.evaluation.encoders import load_embedder
+from csekit.evaluation.sts import STSEvaluator, cosine_spearman, format_sts_table, load_sts_task
 
 # Pairs with a gold score (SentEval skips the rest; STS13 has no SMT input)
 EXPECTED_PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,

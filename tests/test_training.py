@@ -1,5 +1,6 @@
 """Training end to end on a tiny model: resume equivalence, bf16, logging, YAML/flag parsing, encode invariance."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,15 +10,10 @@ import torch
 from transformers import BertModel, TrainerCallback
 
 from conftest import tiny_bert_config
-from modeling import SimCSEModel
-from trainers.recipe import CSETrainingArguments, DataArguments, parse_recipe_args, run_recipe
-from trainers.trainer import SimCSETrainer
-
-import importlib.util
-
-_spec = importlib.util.spec_from_file_location("simcse_recipe", Path(__file__).parents[1] / "recipes" / "simcse.py")
-simcse_recipe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(simcse_recipe)
+from csekit.modeling import SimCSEModel
+from csekit.recipes.simcse import RECIPE
+from csekit.trainers.recipe import run_recipe
+from csekit.trainers.trainer import SimCSETrainer
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +33,17 @@ def corpus(tmp_path_factory, data_dir):
     return path
 
 
+def train(parsed, trainer_class=SimCSETrainer):
+    """Run the SimCSE recipe on parsed arguments, with ``trainer_class`` in place of its trainer."""
+    return run_recipe(dataclasses.replace(RECIPE, trainer_class=trainer_class), *parsed)
+
+
 def recipe_args(backbone, corpus, output_dir, *extra):
     argv = ["--model_name_or_path", str(backbone), "--pooler_type", "cls", "--train_file", str(corpus),
             "--output_dir", str(output_dir), "--per_device_train_batch_size", "8", "--max_steps", "6",
             "--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1", "--save_total_limit", "5",
             "--do_test_eval", "false", "--seed", "7", *extra]
-    return parse_recipe_args((simcse_recipe.SimCSEArguments, DataArguments, CSETrainingArguments), argv)
+    return RECIPE.parse(argv)
 
 
 class Interrupted(Exception):
@@ -71,13 +72,11 @@ def final_state(output_dir: Path):
 
 
 def test_resumed_run_ends_like_an_uninterrupted_one(tiny_backbone, corpus, tmp_path):
-    run_recipe(*recipe_args(tiny_backbone, corpus, tmp_path / "full"), simcse_recipe.build_model, SimCSETrainer)
+    train(recipe_args(tiny_backbone, corpus, tmp_path / "full"))
     with pytest.raises(Interrupted):
-        run_recipe(*recipe_args(tiny_backbone, corpus, tmp_path / "cut"), simcse_recipe.build_model,
-                   InterruptAfterStep5)
+        train(recipe_args(tiny_backbone, corpus, tmp_path / "cut"), InterruptAfterStep5)
     assert (tmp_path / "cut" / "checkpoint-4").is_dir() and not (tmp_path / "cut" / "checkpoint-6").exists()
-    run_recipe(*recipe_args(tiny_backbone, corpus, tmp_path / "cut", "--resume_from_checkpoint", "last"),
-               simcse_recipe.build_model, SimCSETrainer)
+    train(recipe_args(tiny_backbone, corpus, tmp_path / "cut", "--resume_from_checkpoint", "last"))
 
     full_history, full_weights = final_state(tmp_path / "full")
     cut_history, cut_weights = final_state(tmp_path / "cut")
@@ -95,8 +94,8 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tiny_backbone, corpus, tmp_p
 
 
 def test_components_logged_and_bf16_training_step(tiny_backbone, corpus, tmp_path):
-    run_recipe(*recipe_args(tiny_backbone, corpus, tmp_path / "bf16", "--bf16", "true", "--max_steps", "2",
-                            "--use_cpu", "true"), simcse_recipe.build_model, SimCSETrainer)
+    train(recipe_args(tiny_backbone, corpus, tmp_path / "bf16", "--bf16", "true", "--max_steps", "2", "--use_cpu",
+                      "true"))
     history = json.loads((tmp_path / "bf16" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
     losses = [h for h in history if "loss" in h]
     assert all(np.isfinite(h["loss"]) and h["loss_contrastive"] == pytest.approx(h["loss"], rel=1e-3)
@@ -108,10 +107,7 @@ def test_components_logged_and_bf16_training_step(tiny_backbone, corpus, tmp_pat
 def test_yaml_then_flags_precedence(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("learning_rate: 1.0e-4\ntemperature: 0.1\nmax_steps: 7\n")
-    model, data, training = parse_recipe_args(
-        (simcse_recipe.SimCSEArguments, DataArguments, CSETrainingArguments),
-        ["--config", str(config), "--temperature", "0.2"],
-    )
+    model, data, training, _ = RECIPE.parse(["--config", str(config), "--temperature", "0.2"])
     assert training.learning_rate == 1e-4 and training.max_steps == 7 and model.temperature == 0.2
     assert training.per_device_train_batch_size == 64 and training.eval_steps == 125  # paper defaults
 
@@ -120,8 +116,7 @@ def test_yaml_unknown_key_is_rejected(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text("learning_rte: 1.0e-4\n")
     with pytest.raises(SystemExit):
-        parse_recipe_args((simcse_recipe.SimCSEArguments, DataArguments, CSETrainingArguments),
-                          ["--config", str(config)])
+        RECIPE.parse(["--config", str(config)])
     assert "unknown key(s) learning_rte" in capsys.readouterr().err
 
 
@@ -138,7 +133,7 @@ def test_embeddings_do_not_depend_on_batch_composition(saved_tiny_model):
 
 
 def test_encode_sentences_encodes_each_distinct_sentence_once(tokenizer):
-    from modeling.encoding import encode_sentences
+    from csekit.modeling.encoding import encode_sentences
 
     batch_rows = []
 

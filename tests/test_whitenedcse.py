@@ -9,16 +9,16 @@ import torch.nn.functional as F
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel
 
-from modeling import WhitenedCSEConfig, WhitenedCSEModel
-from modeling.losses import (
+from csekit.modeling import WhitenedCSEConfig, WhitenedCSEModel
+from csekit.modeling.losses import (
     info_nce_loss,
     multi_positive_info_nce_terms,
     multi_positive_l1_loss,
     multi_positive_l2_loss,
 )
-from modeling.whitening import GroupWhitening, whitening_matrices
+from csekit.modeling.whitening import GroupWhitening, whitening_matrices
 from tests.conftest import run_isolated_python, tiny_bert_config
-from trainers import WhitenedCSETrainer
+from csekit.trainers import WhitenedCSETrainer
 
 
 def correlated(*shape, seed=0):
@@ -194,14 +194,18 @@ def test_config_rejects_bad_values(overrides, message):
         WhitenedCSEConfig(encoder_config=tiny_bert_config().to_dict(), **{"group_size": 16, **overrides})
 
 
-def test_recipe_reports_bad_config_as_one_line_error(minilm_path):
-    from recipes.whitenedcse import WhitenedCSEArguments, build_model
-    from trainers.recipe import main_guard
+def test_recipe_reports_bad_config_as_one_line_error(minilm_path, capsys):
+    from csekit.recipes.whitenedcse import RECIPE
+    from csekit.trainers.recipe import main_guard
+
+    def build(argv):
+        RECIPE.build_model(str(minilm_path), RECIPE.parse(argv)[0])
 
     with pytest.raises(SystemExit) as exit_info:
-        main_guard(lambda: build_model(str(minilm_path), WhitenedCSEArguments(group_size=100)))
-    message = str(exit_info.value.code)
-    assert message.startswith("error: invalid model configuration: ") and "\n" not in message
+        main_guard(build, ["--group_size", "100"])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]  # after the weight-loading progress bar
+    assert message.startswith("error: invalid model configuration: ")
     assert "group_size 100 must be a positive divisor of the hidden size 384" in message
 
 

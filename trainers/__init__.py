@@ -1,26 +1,26 @@
-"""csekit training and evaluation: Trainer subclasses, data loading, collators, evaluators and the CLI."""
+"""csekit training: a ``Trainer`` subclass per method computing its combined loss, collators, training data, the
+recipe runner, and CLSR's cached-vector head trainer."""
 
-from .clsr import CLSRTrainer
+if __name__ != "csekit.trainers":  # the checkout's folder imported by its own name (repository root on sys.path)
+    raise ImportError(f"{__name__} is installed as csekit.trainers: import csekit (pip install -e . in a checkout)")
+
+from .clsr import CLSRTrainer, CLSRTrainingArguments
 from .cmlm_cse import CMLMCSECollator, CMLMCSETrainer
 from .collators import ContrastiveCollator
-from .data import DataError, load_training_dataset, resolve_data_dir
+from .data import load_training_dataset
 from .embedding_cache import EmbeddingCache
-from .sts import STS_TASKS, STSEvaluator
 from .trainer import ContrastiveTrainer, SimCSETrainer
 from .whitenedcse import WhitenedCSETrainer
 
 __all__ = [
-    "STS_TASKS",
     "CLSRTrainer",
+    "CLSRTrainingArguments",
     "CMLMCSECollator",
     "CMLMCSETrainer",
     "ContrastiveCollator",
     "ContrastiveTrainer",
-    "DataError",
     "EmbeddingCache",
-    "STSEvaluator",
     "SimCSETrainer",
     "WhitenedCSETrainer",
     "load_training_dataset",
-    "resolve_data_dir",
 ]

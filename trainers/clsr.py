@@ -1,6 +1,6 @@
 """CLSR training (Qiu, Ding & Chen): positive pairs, cached frozen-encoder vectors, and the head trainer.
 
-The backbone is frozen, so its pooled vectors are computed once (``trainers.embedding_cache``) and every epoch
+The backbone is frozen, so its pooled vectors are computed once (:mod:`csekit.trainers.embedding_cache`) and every epoch
 trains only the MLP encoder ``e`` and the projection head ``h`` on those vectors with NT-Xent (eq. 1), LARS, 10
 warm-up epochs and cosine decay. STS-B dev is scored on cached vectors as well, so model selection costs
 milliseconds.
@@ -17,6 +17,7 @@ counted) when the corpus is built, and :meth:`CLSRTrainer.train` re-checks the f
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -24,11 +25,12 @@ from torch import nn
 from tqdm.auto import trange
 from transformers import get_cosine_schedule_with_warmup
 
-from modeling.losses import nt_xent_loss
-
-from .data import DataError, read_pairs, resolve_data_dir, resolve_data_file
+from ..data import resolve_data_dir, resolve_data_file
+from ..errors import DataError
+from ..evaluation.sts import STSEvaluator, load_sts_task
+from ..modeling.losses import nt_xent_loss
+from .data import read_pairs
 from .lars import LARS, lars_param_groups
-from .sts import STSEvaluator, load_sts_task
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +134,7 @@ def build_pair_corpus(first: Sequence[str], second: Sequence[str], held_out: set
 
 
 class CachedSTSEvaluator:
-    """An :class:`~trainers.sts.STSEvaluator` over pooled vectors computed once (e.g. by the embedding cache).
+    """An :class:`~csekit.evaluation.sts.STSEvaluator` over pooled vectors computed once (e.g. by the embedding cache).
 
     Call with ``transform`` (``(n, hidden) -> (n, d)``, e.g. the model's MLP ``e``) to score ``transform(pooled)``,
     or with ``None`` to score the frozen encoder alone.
@@ -175,13 +177,15 @@ class CLSRTrainingArguments:
         default=100, metadata={"help": "Score STS-B dev every N epochs (and after the last); the best e is kept."}
     )
     seed: int = field(default=42, metadata={"help": "Seed for the head initialisation and the pair shuffling."})
+    report_to: str = field(default="none", metadata={"help": "'tensorboard' to log loss, lr and STS-B dev there."})
+    logging_dir: Optional[str] = field(default=None, metadata={"help": "TensorBoard folder (default OUTPUT_DIR/runs)."})
 
 
 class CLSRTrainer:
     """Trains ``model.mlp`` (``e``) and a fresh linear projection ``h`` on cached pooled vectors.
 
     Args:
-        model: a :class:`~modeling.CLSRModel`; only ``model.mlp`` is updated (in place).
+        model: a :class:`~csekit.modeling.CLSRModel`; only ``model.mlp`` is updated (in place).
         args: :class:`CLSRTrainingArguments`.
         train_vectors: ``(num_sentences, hidden)`` pooled vectors of ``corpus.sentences``.
         corpus: the positive pairs.
@@ -206,9 +210,22 @@ class CLSRTrainer:
         self.device = next(model.mlp.parameters()).device
         self.train_vectors = train_vectors.to(self.device)
 
+    def _writer(self):
+        """A TensorBoard writer when ``report_to`` asks for one (the same flag as the Trainer-based recipes)."""
+        if self.args.report_to in (None, "none"):
+            return None
+        if self.args.report_to != "tensorboard":
+            raise DataError(f"report_to {self.args.report_to!r}: CLSR logs to 'tensorboard' or 'none'")
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise DataError("--report_to tensorboard needs tensorboard: pip install 'csekit[tensorboard]'") from None
+        return SummaryWriter(self.args.logging_dir or str(Path(self.args.output_dir) / "runs"))
+
     def train(self) -> dict:
         """Run all epochs; restores the best-dev ``e`` (the last one without a dev evaluator) and returns a log."""
         assert_disjoint_from_test(self.corpus.sentences, self.held_out)
+        writer = self._writer()
         args, mlp = self.args, self.model.mlp
         torch.manual_seed(args.seed)
         size = mlp.dense_out.out_features
@@ -254,9 +271,15 @@ class CLSRTrainer:
                         best = {"epoch": epoch + 1, "dev": record["dev_STSBenchmark"],
                                 "state": {k: v.detach().clone() for k, v in mlp.state_dict().items()}}
                 history.append(record)
+                if writer is not None:
+                    for name in ("loss", "lr", "dev_STSBenchmark"):
+                        if name in record:
+                            writer.add_scalar(f"clsr/{name}", record[name], epoch + 1)
                 progress.set_postfix({k: v for k, v in record.items() if k in ("loss", "dev_STSBenchmark")})
                 logger.info("%s", record)
         train_seconds = time.perf_counter() - start
+        if writer is not None:
+            writer.close()
         if best["state"] is not None:
             mlp.load_state_dict(best["state"])
         mlp.eval()

@@ -5,7 +5,7 @@ Paper: Zhang & Chen, "CMLM-CSE: Based on Conditional MLM Contrastive Learning fo
 Inputs: one unsupervised sentence per example. :class:`CMLMCSECollator` returns the two SimCSE views
 ``input_ids (B, 2, T)`` (view 0 is always the original sentence; optional augmentation touches view 1 only, the
 "contrastive side") plus view 0 masked for the MLM side, ``mlm_input_ids (B, T)`` and ``mlm_labels (B, T)``
-(-100 on unmasked positions). :class:`CMLMCSETrainer` trains a :class:`~modeling.CMLMCSEForPreTraining` with
+(-100 on unmasked positions). :class:`CMLMCSETrainer` trains a :class:`~csekit.modeling.CMLMCSEForPreTraining` with
 ``L = contrastive_weight * L_contrast + mlm_weight * L_MLM`` and logs ``loss_contrastive`` and ``loss_mlm``.
 
 Example::
@@ -28,7 +28,7 @@ from transformers import DataCollatorForLanguageModeling
 from transformers.trainer import TRAINING_ARGS_NAME
 
 from .collators import ContrastiveCollator
-from .data import DataError
+from ..errors import DataError
 from .trainer import SimCSETrainer
 
 CONTRASTIVE_AUGMENTATIONS = ("none", "word_repetition", "drop_one_word")
@@ -105,7 +105,7 @@ class CMLMCSECollator(ContrastiveCollator):
 
 
 class CMLMCSETrainer(SimCSETrainer):
-    """Trains :class:`~modeling.CMLMCSEForPreTraining`: SimCSE's InfoNCE + ``mlm_weight`` x conditional MLM.
+    """Trains :class:`~csekit.modeling.CMLMCSEForPreTraining`: SimCSE's InfoNCE + ``mlm_weight`` x conditional MLM.
 
     Checkpoints hold the whole training model (auxiliary network included, so ``resume_from_checkpoint`` restores
     fusioner, head and their optimizer state); the final :meth:`save_model` writes only the publishable encoder.

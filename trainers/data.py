@@ -1,84 +1,34 @@
-"""Training data: locating the data folder and reading corpora with one-line, file-and-line error messages.
+"""Training data for the contrastive recipes, with one-line ``file:line`` (or ``dataset row``) errors.
 
-Nothing here downloads: every path is local. The data folder is ``--data-dir``, else ``$CSEKIT_DATA_DIR``, else
-``./data`` in the repository, else ``../shared/data`` next to it.
+``--train_file`` is one of:
+
+* a ``.txt`` file: one sentence a line (unsupervised SimCSE); blank lines are skipped and counted;
+* a ``.csv`` file with header ``sent0,sent1[,hard_neg]`` (supervised SimCSE);
+* a Hub dataset id (``org/name``, optionally ``org/name:config``), read with ``datasets.load_dataset`` through the
+  Hugging Face cache (``HF_HUB_OFFLINE`` honoured). Its ``train`` split needs the columns ``sent0[,sent1[,hard_neg]]``
+  or a single ``text`` column (unsupervised).
+
+Relative file paths are also looked up in the data folder.
 """
 
 import csv
-import logging
-import os
+import re
 from pathlib import Path
 from typing import Optional
 
 from datasets import Dataset
 
-logger = logging.getLogger(__name__)
+from ..data import read_lines, read_sentences, resolve_data_dir
+from ..errors import DataError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PAIR_COLUMNS = ("sent0", "sent1", "hard_neg")
-
-
-class DataError(ValueError):
-    """Bad input data; the message names the file (and line) and is meant to be shown as is."""
-
-
-def resolve_data_dir(data_dir: Optional[str] = None) -> Path:
-    """The folder holding ``senteval/``, ``wiki/``, ``nli/``, ``clustering/`` (see module docstring)."""
-    candidates = [data_dir, os.environ.get("CSEKIT_DATA_DIR"), REPO_ROOT / "data", REPO_ROOT.parent / "shared" / "data"]
-    if data_dir:  # an explicit choice must exist; no silent fallback
-        candidates = [data_dir]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    tried = ", ".join(str(c) for c in candidates if c)
-    raise DataError(f"no data folder found (tried: {tried}); pass --data-dir or set CSEKIT_DATA_DIR")
-
-
-def resolve_data_file(path: str, data_dir: Optional[str] = None) -> Path:
-    """``path`` as given if it exists, else relative to the data folder."""
-    if Path(path).exists():
-        return Path(path)
-    try:
-        resolved = resolve_data_dir(data_dir) / path
-    except DataError:
-        resolved = Path(path)
-    if not resolved.exists():
-        raise DataError(f"{path}: no such file (also looked for {resolved})")
-    return resolved
-
-
-def _read_lines(path: Path):
-    """Yield ``(line_number, text)`` of a UTF-8 file, failing on the first undecodable line."""
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as error:
-                raise DataError(f"{path}:{number}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
-
-
-def read_sentences(path) -> list:
-    """One sentence per line (unsupervised SimCSE's ``.txt``). Blank lines are skipped and counted."""
-    path = Path(path)
-    sentences, blank = [], 0
-    for _, line in _read_lines(path):
-        if line.strip():
-            sentences.append(line.strip())
-        else:
-            blank += 1
-    if blank:
-        logger.warning("%s: skipped %d blank line(s)", path, blank)
-    if not sentences:
-        raise DataError(f"{path}: no sentences (the file is empty or blank)")
-    return sentences
+HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(:[\w.-]+)?")
 
 
 def read_pairs(path) -> dict:
     """A CSV with header ``sent0,sent1[,hard_neg]`` (supervised SimCSE). Returns columns as lists."""
     path = Path(path)
-    lines = (line for _, line in _read_lines(path))
+    lines = (line for _, line in read_lines(path))
     reader = csv.reader(lines)
     header = next(reader, None)
     if header is None:
@@ -89,33 +39,85 @@ def read_pairs(path) -> dict:
     columns = {name: [] for name in header}
     for row in reader:
         number = reader.line_num
-        if not any(field.strip() for field in row):
+        if not any(value.strip() for value in row):
             continue
         if len(row) != len(header):
             raise DataError(f"{path}:{number}: {len(row)} field(s), expected {len(header)} ({','.join(header)})")
-        for name, field in zip(header, row):
-            if not field.strip():
+        for name, value in zip(header, row):
+            if not value.strip():
                 raise DataError(f"{path}:{number}: empty {name}")
-            columns[name].append(field.strip())
+            columns[name].append(value.strip())
     if not columns["sent0"]:
         raise DataError(f"{path}: header only, no pairs")
     return columns
 
 
-def load_training_dataset(path, min_examples: int = 1) -> Dataset:
-    """A ``datasets.Dataset`` with column ``sent0`` (and ``sent1``/``hard_neg`` for pairs).
+def read_hub_dataset(name: str) -> dict:
+    """The ``train`` split of a Hub dataset as csekit columns (see the module docstring)."""
+    import datasets
+    from huggingface_hub import constants
 
-    ``.txt`` is read as unsupervised sentences, ``.csv`` as supervised pairs/triplets. ``min_examples`` is the
-    global batch size: a corpus smaller than one batch cannot form a single contrastive step.
-    """
-    path = Path(path)
-    if path.suffix == ".csv":
-        columns = read_pairs(path)
-    elif path.suffix in (".txt", ""):
-        columns = {"sent0": read_sentences(path)}
+    repo, _, config = name.partition(":")
+    try:
+        dataset = datasets.load_dataset(repo, config or None, split="train")
+    except FileNotFoundError as error:  # datasets' "doesn't exist on the Hub or cannot be accessed"
+        offline = " (HF_HUB_OFFLINE=1 is set and it is not cached)" if constants.is_offline_mode() else ""
+        raise DataError(f"{name}: no such local file or Hub dataset{offline}: {str(error).splitlines()[0]}") from None
+    except ValueError as error:  # e.g. an unknown config name
+        raise DataError(f"{name}: {str(error).splitlines()[0]}") from None
+    names = list(dataset.column_names)
+    if names == ["text"] or ("text" in names and "sent0" not in names):
+        header, source = ["sent0"], ["text"]
     else:
-        raise DataError(f"{path}: unsupported training file type {path.suffix!r} (use .txt sentences or .csv pairs)")
+        header = [column for column in PAIR_COLUMNS if column in names]
+        if header not in (["sent0"], ["sent0", "sent1"], ["sent0", "sent1", "hard_neg"]):
+            raise DataError(f"{name} (train split): columns are {', '.join(names)}; expected sent0[,sent1[,hard_neg]] "
+                            "or text")
+        source = header
+    columns = {column: [] for column in header}
+    for row_number, row in enumerate(dataset.select_columns(source), start=1):
+        for column, key in zip(header, source):
+            value = row[key]
+            if not isinstance(value, str) or not value.strip():
+                if header == ["sent0"]:  # unsupervised: an empty line is skipped, as in a .txt
+                    break
+                raise DataError(f"{name} (train split) row {row_number}: empty {key}")
+            columns[column].append(value.strip())
+    if not columns["sent0"]:
+        raise DataError(f"{name} (train split): no examples")
+    return columns
+
+
+def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_examples: int = 1) -> Dataset:
+    """A ``datasets.Dataset`` with column ``sent0`` (and ``sent1``/``hard_neg`` for pairs) from ``--train_file``.
+
+    ``min_examples`` is the global batch size: a corpus smaller than one batch cannot form a single contrastive step.
+    """
+    path = Path(train_file)
+    if not path.exists():
+        try:
+            candidate = resolve_data_dir(data_dir) / train_file
+        except DataError:
+            candidate = path
+        if candidate.exists():
+            path = candidate
+        elif HUB_DATASET.fullmatch(train_file) and path.suffix not in (".txt", ".csv"):
+            columns = read_hub_dataset(train_file)
+            path = None
+        else:
+            raise DataError(f"{train_file}: no such file (also looked for {candidate})")
+    if path is not None:
+        if path.suffix == ".csv":
+            columns = read_pairs(path)
+        elif path.suffix in (".txt", ""):
+            columns = {"sent0": read_sentences(path)}
+        else:
+            raise DataError(f"{path}: unsupported training file type {path.suffix!r} (use .txt sentences, .csv pairs "
+                            "or a Hub dataset id)")
     count = len(columns["sent0"])
     if count < min_examples:
-        raise DataError(f"{path}: {count} example(s), fewer than one batch of {min_examples}")
+        raise DataError(f"{train_file}: {count} example(s), fewer than one batch of {min_examples}")
     return Dataset.from_dict(columns)
+
+
+__all__ = ["PAIR_COLUMNS", "load_training_dataset", "read_hub_dataset", "read_pairs"]

@@ -104,7 +104,7 @@ class EmbeddingCache:
     ) -> CachedEmbeddings:
         """Vectors of ``sentences`` under ``model``'s frozen encoder: from the cache if valid, else computed+stored.
 
-        ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled`` (:class:`~modeling.CLSRModel`).
+        ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled`` (:class:`~csekit.modeling.CLSRModel`).
         """
         sentences = list(sentences)
         expected = {

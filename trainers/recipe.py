@@ -1,12 +1,23 @@
-"""What every training recipe shares: argument parsing (YAML + CLI), data, Trainer set-up, final save and test.
+"""What every training recipe shares: its flags, YAML + command-line parsing, data, Trainer set-up, save and test.
 
-A recipe supplies its model-arguments dataclass, a function building the model, and its Trainer class; see
-``recipes/simcse.py`` for the smallest example.
+A recipe's method flags are its model config's fields: :func:`model_arguments` turns the ``@strict`` config class
+(defaults = the paper's, help = the config docstring's ``Args:`` entry) into an ``HfArgumentParser`` dataclass, so
+a setting is declared once, in ``modeling/``. The shared vocabulary of the four recipes:
+
+* model: ``--model_name_or_path`` (a local folder, ``all-MiniLM-L6-v2`` or a Hub id) + the config fields;
+* data (:class:`DataArguments`): ``--train_file`` (a local ``.txt``/``.csv``, a name the recipe knows, or a Hub
+  dataset), ``--data_dir``, ``--do_test_eval``;
+* training: ``transformers.TrainingArguments`` (``--output_dir``, ``--seed``, ``--report_to``, ...).
+
+``recipes/simcse.py`` is the smallest example.
 """
 
+import argparse
 import dataclasses
+import inspect
 import json
 import logging
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,50 +26,105 @@ from typing import Callable, Optional
 import yaml
 from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
 
+from ..data import resolve_data_dir
+from ..errors import DataError
+from ..evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
+from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from .collators import ContrastiveCollator
-from .data import DataError, load_training_dataset, resolve_data_dir, resolve_data_file
-from .encoders import resolve_model_path
-from .sts import STS_TASKS, STSEvaluator, format_sts_table
+from .data import load_training_dataset
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class ContrastiveModelArguments:
-    """Model fields shared by the contrastive recipes (SimCSE, WhitenedCSE, CMLM-CSE)."""
-
-    model_name_or_path: str = field(
-        default="bert-base-uncased",
-        metadata={"help": "Backbone: a local folder, 'all-MiniLM-L6-v2' (embedded), or a Hub id in the local cache."},
-    )
-    pooler_type: str = field(
-        default="cls", metadata={"help": "cls, cls_before_pooler, avg, avg_first_last, avg_top2 or layers."}
-    )
-    pooling_layers: list[int] = field(default=None, metadata={"help": "Layers averaged by pooler_type=layers."})
-    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
-
-
-@dataclass
-class SimCSEArguments(ContrastiveModelArguments):
-    mlp_only_train: bool = field(default=True, metadata={"help": "Use the [CLS] MLP only in training."})
-    hard_negative_weight: float = field(default=0.0, metadata={"help": "Logit bonus of each own hard negative."})
+# ------------------------------------------------------------------------------------------------ method flags
+def docstring_arguments(cls) -> dict:
+    """``{name: help}`` from the ``Args:`` sections of ``cls`` and its bases (the subclass's entry wins)."""
+    helps = {}
+    for klass in cls.__mro__:
+        doc = inspect.getdoc(klass) or ""
+        section = re.search(r"^Args:\n((?:(?: {4}.*)?\n?)*)", doc, flags=re.M)
+        if not section:
+            continue
+        for name, text in re.findall(r"^ {4}(\w+): (.*(?:\n {8}.*)*)", section.group(1), flags=re.M):
+            helps.setdefault(name, " ".join(text.split()))
+    return helps
 
 
+def config_fields(config_class) -> list:
+    """The method settings of a csekit config class: its dataclass fields below ``PreTrainedConfig``, without the
+    nested backbone config (the recipe loads the backbone from ``--model_name_or_path``)."""
+    inherited = {f.name for f in dataclasses.fields(PreTrainedConfig)}
+    return [f for f in dataclasses.fields(config_class) if f.name not in inherited and f.name != "encoder_config"]
+
+
+def model_arguments(config_class, name: Optional[str] = None, default_model: str = "bert-base-uncased") -> type:
+    """An ``HfArgumentParser`` dataclass: ``model_name_or_path`` plus one flag per field of ``config_class``."""
+    helps = docstring_arguments(config_class)
+    fields = [("model_name_or_path", str, field(default=default_model, metadata={
+        "help": "Backbone: a local folder, 'all-MiniLM-L6-v2', or a Hub id (downloaded through the Hugging Face cache)."
+    }))]
+    for config_field in config_fields(config_class):
+        if config_field.name not in helps:
+            raise TypeError(f"{config_class.__name__}.{config_field.name} has no entry in the docstring's Args:")
+        default = config_field.default
+        if isinstance(default, (list, dict)):
+            default = field(default_factory=lambda value=default: type(value)(value))
+        fields.append((config_field.name, config_field.type, field(
+            default=default, metadata={"help": helps[config_field.name]}
+        ) if not isinstance(default, dataclasses.Field) else default))
+    return dataclasses.make_dataclass(name or config_class.__name__.replace("Config", "Arguments"), fields)
+
+
+def config_kwargs(model_args, config_class) -> dict:
+    """The config fields of a parsed :func:`model_arguments` instance, ready for ``from_encoder(**kwargs)``."""
+    return {f.name: getattr(model_args, f.name) for f in config_fields(config_class)}
+
+
+# ------------------------------------------------------------------------------------------------ shipped configs
+def configs_dir() -> Path:
+    """The YAML configurations shipped with the recipes (``recipes/configs`` = ``csekit.recipes/configs``)."""
+    from importlib.resources import files
+
+    return Path(str(files("csekit.recipes") / "configs"))
+
+
+def shipped_configs() -> list:
+    folder = configs_dir()
+    return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
+
+
+def resolve_recipe_config(name: str) -> Optional[Path]:
+    """A YAML file: ``name`` as a path, else a configuration shipped with csekit (``quickstart``,
+    ``paper/whitenedcse_bert_base``, with or without ``.yaml``); ``None`` when neither exists."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = configs_dir() / (name if name.endswith(".yaml") else f"{name}.yaml")
+    return shipped if shipped.is_file() else None
+
+
+# ------------------------------------------------------------------------------------------------ shared flags
 @dataclass
 class DataArguments:
     train_file: str = field(
         default="wiki/wiki1m_for_simcse.txt",
-        metadata={"help": "Training data: .txt (one sentence a line, unsupervised) or .csv (sent0,sent1[,hard_neg]). "
-                  "Relative paths are also looked up in the data folder."},
+        metadata={"help": "Training data: a .txt (one sentence a line, unsupervised), a .csv (sent0,sent1[,hard_neg], "
+                  "supervised), or a Hub dataset id (columns as for the .csv, or one 'text' column). Relative paths "
+                  "are also looked up in the data folder."},
     )
     data_dir: Optional[str] = field(
-        default=None, metadata={"help": "Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data)."}
+        default=None, metadata={"help": "Data folder (default: $CSEKIT_DATA_DIR, ./data, ~/.cache/csekit/data, "
+                                "../shared/data)."}
     )
+    do_test_eval: bool = field(default=True, metadata={"help": "Score the final model on the 7 STS test sets."})
+
+
+@dataclass
+class ContrastiveDataArguments(DataArguments):
     max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
     eval_sickr: bool = field(default=False, metadata={"help": "Also score SICK-R trial during training."})
-    do_test_eval: bool = field(default=True, metadata={"help": "Score the final model on the 7 STS test sets."})
 
 
 @dataclass
@@ -82,25 +148,36 @@ class CSETrainingArguments(TrainingArguments):
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
 
 
-def parse_recipe_args(dataclass_types: tuple, argv: Optional[list] = None) -> tuple:
-    """Parse ``[--config file.yaml] [--key value ...]``: YAML values replace defaults, CLI flags replace YAML."""
+def parse_recipe_args(
+    dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
+    description: Optional[str] = None, prog: Optional[str] = None,
+) -> tuple:
+    """Parse ``[--config file.yaml] [--key value ...]``: ``defaults`` (the recipe's own, e.g. its output folder)
+    replace the dataclass defaults, YAML values replace those, command-line flags replace YAML.
+
+    ``--config`` takes a YAML path, or the name of a configuration shipped with csekit (``quickstart``,
+    ``paper/simcse_bert_base``; see :func:`resolve_recipe_config`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser(dataclass_types)
-    parser.add_argument("--config", default=None, help="YAML file of arguments; flags on the command line win.")
+    parser = HfArgumentParser(dataclass_types, description=description, prog=prog,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=None, help="YAML file of arguments, or the name of one shipped with csekit "
+                        f"({', '.join(shipped_configs())}); flags on the command line win.")
+    if defaults:
+        parser.set_defaults(**defaults)
     config_path = None
     if "--config" in argv:
         position = argv.index("--config")
         config_path = argv[position + 1] if position + 1 < len(argv) else None
         del argv[position : position + 2]
     if config_path:
-        path = Path(config_path)
-        if not path.is_file():
-            parser.error(f"--config {config_path}: no such file")
+        path = resolve_recipe_config(config_path)
+        if path is None:
+            parser.error(f"--config {config_path}: no such file (shipped configs: {', '.join(shipped_configs())})")
         values = yaml.safe_load(path.read_text()) or {}
         known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            parser.error(f"{config_path}: unknown key(s) {', '.join(unknown)}")
+            parser.error(f"{path}: unknown key(s) {', '.join(unknown)}")
         parser.set_defaults(**values)
     # the outputs also hold the namespace of --config (declared only for --help) and the leftover strings
     *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
@@ -109,23 +186,68 @@ def parse_recipe_args(dataclass_types: tuple, argv: Optional[list] = None) -> tu
     return tuple(outputs[: len(dataclass_types)])
 
 
-def run_recipe(
-    model_args,
-    data_args: DataArguments,
-    training_args: CSETrainingArguments,
-    build_model: Callable,
-    trainer_class,
-    collator: Optional[Callable] = None,
-) -> dict:
+def write_arguments(output_dir, **groups) -> None:
+    """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
+    record = {name: (value.to_dict() if hasattr(value, "to_dict") else dataclasses.asdict(value))
+              for name, value in groups.items()}
+    Path(output_dir, ARGUMENTS_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ the runner
+@dataclass
+class ContrastiveRecipe:
+    """A Trainer-based recipe (SimCSE, WhitenedCSE, CMLM-CSE): which model and trainer, and how batches are made.
+
+    Args:
+        model_class: the csekit model class trained (its ``config_class`` gives the method flags).
+        trainer_class: a :class:`~csekit.trainers.trainer.ContrastiveTrainer` subclass.
+        output_dir: the default ``--output_dir``.
+        extra_arguments: an optional dataclass of recipe-only flags (data augmentations that are not model
+            settings).
+        make_collator: ``(tokenizer, model, data_args, extra_args) -> collator``; default
+            :class:`ContrastiveCollator` with the model's ``num_views`` (2 when it has none).
+        description: the ``--help`` text (the recipe module's docstring).
+    """
+
+    model_class: type
+    trainer_class: type
+    output_dir: str
+    extra_arguments: Optional[type] = None
+    make_collator: Optional[Callable] = None
+    description: Optional[str] = None
+
+    @property
+    def config_class(self):
+        return self.model_class.config_class
+
+    def argument_types(self) -> tuple:
+        types = (model_arguments(self.config_class), ContrastiveDataArguments, CSETrainingArguments)
+        return types + ((self.extra_arguments,) if self.extra_arguments else ())
+
+    def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
+        parsed = parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description,
+                                   prog)
+        return parsed if self.extra_arguments else (*parsed, None)
+
+    def build_model(self, model_path: str, model_args):
+        return self.model_class.from_encoder(model_path, **config_kwargs(model_args, self.config_class))
+
+    def collator(self, tokenizer, model, data_args, extra_args):
+        if self.make_collator is not None:
+            return self.make_collator(tokenizer, model, data_args, extra_args)
+        views = getattr(model.config, "num_views", 2)
+        return ContrastiveCollator(tokenizer, max_length=data_args.max_seq_length, unsupervised_views=views)
+
+    def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> dict:
+        model_args, data_args, training_args, extra_args = self.parse(argv, prog)
+        return run_recipe(self, model_args, data_args, training_args, extra_args)
+
+
+def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
     """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets.
 
     With ``--push_to_hub --hub_model_id NAME`` the scored folder is then published as ``csekit push`` does.
 
-    Args:
-        model_args: the recipe's model dataclass; must have ``model_name_or_path``.
-        build_model: ``(model_path, model_args) -> model`` (a csekit ``PreTrainedModel``).
-        trainer_class: a :class:`~trainers.trainer.ContrastiveTrainer` subclass.
-        collator: ``tokenizer -> data collator``; default :class:`ContrastiveCollator`.
     Returns:
         the test results ``{"STS12": ..., "avg": ...}`` (empty if ``do_test_eval`` is off).
     """
@@ -141,43 +263,50 @@ def run_recipe(
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
-    train_dataset = load_training_dataset(resolve_data_file(data_args.train_file, data_args.data_dir), global_batch)
-    model = build_model(model_path, model_args)
+    train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch)
+    model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
     dev_tasks = ("STSBenchmark", "SICKRelatedness") if data_args.eval_sickr else ("STSBenchmark",)
-    make_collator = collator or (lambda tok: ContrastiveCollator(tok, max_length=data_args.max_seq_length))
-    trainer = trainer_class(
+    trainer = recipe.trainer_class(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        data_collator=make_collator(tokenizer),
+        data_collator=recipe.collator(tokenizer, model, data_args, extra_args),
         processing_class=tokenizer,
         sts_evaluator=STSEvaluator(data_dir, dev_tasks, split="dev"),
     )
     resume = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resume == "last" else resume)
     trainer.save_model(training_args.output_dir)
-    if trainer.is_world_process_zero():  # JSON twin of training_args.bin: model cards read it without unpickling
-        arguments = {"model_args": dataclasses.asdict(model_args), "data_args": dataclasses.asdict(data_args),
-                     "training_args": training_args.to_dict()}
-        Path(training_args.output_dir, "training_args.json").write_text(json.dumps(arguments, indent=2, default=str) + "\n")
+    if trainer.is_world_process_zero():
+        groups = dict(model_args=model_args, data_args=data_args, training_args=training_args)
+        write_arguments(training_args.output_dir, **groups, **({"extra_args": extra_args} if extra_args else {}))
     results = {}
     if data_args.do_test_eval and trainer.is_world_process_zero():
         evaluator = STSEvaluator(data_dir, STS_TASKS, split="test")
         results = evaluator(lambda sentences: model.eval().encode(sentences, batch_size=128))
         record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
-        Path(training_args.output_dir, "eval_results.json").write_text(json.dumps(record, indent=2) + "\n")
+        Path(training_args.output_dir, RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")
         print(format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)"))
         if publish:
             print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
     return results
 
 
-def main_guard(main: Callable) -> None:
-    """Run a recipe's ``main``; bad input or an invalid model config ends with one line instead of a traceback."""
+def main_guard(main: Callable, argv: Optional[list] = None) -> None:
+    """Run a recipe's ``main``; bad input or an invalid model config ends with one line on stderr and exit status 2
+    instead of a traceback."""
     try:
-        main()
+        main(argv)
     except DataError as error:
-        sys.exit(f"error: {error}")
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     except StrictDataclassError as error:  # config validators: report their own message
-        sys.exit(f"error: invalid model configuration: {error.__cause__ or error}")
+        print(f"error: invalid model configuration: {error.__cause__ or error}", file=sys.stderr)
+        sys.exit(2)
+
+
+__all__ = [
+    "CSETrainingArguments", "ContrastiveDataArguments", "ContrastiveRecipe", "DataArguments", "config_kwargs",
+    "docstring_arguments", "main_guard", "model_arguments", "parse_recipe_args", "run_recipe", "write_arguments",
+]

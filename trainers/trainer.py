@@ -7,18 +7,16 @@ import torch
 from huggingface_hub import HfApi
 from transformers import Trainer
 
-from modeling.losses import info_nce_loss
-
-from .data import DataError
-from .hub import push_to_hub as publish
-from .sts import STSEvaluator
+from ..errors import DataError
+from ..evaluation.sts import STSEvaluator
+from ..modeling.losses import info_nce_loss
 
 
 class ContrastiveTrainer(Trainer):
     """A ``Trainer`` whose loss is a sum of named components computed by :meth:`compute_losses`.
 
     Every component is logged separately (``loss_<name>``, averaged over the logging window and over processes)
-    next to the total ``loss``. Evaluation runs an :class:`~trainers.sts.STSEvaluator` (STS-B dev by default in
+    next to the total ``loss``. Evaluation runs an :class:`~csekit.evaluation.sts.STSEvaluator` (STS-B dev by default in
     the recipes) instead of a loss over ``eval_dataset``, so ``metric_for_best_model="STSBenchmark"`` keeps the best
     checkpoint by dev Spearman.
 
@@ -104,10 +102,12 @@ class ContrastiveTrainer(Trainer):
     ):
         """Publish the saved model in ``args.output_dir`` to ``args.hub_model_id``, exactly as ``csekit push`` does.
 
-        The upload is :func:`trainers.hub.files_to_push`'s pickle-free set (safetensors, config with ``auto_map``,
+        The upload is :func:`csekit.publishing.hub.files_to_push`'s pickle-free set (safetensors, config with ``auto_map``,
         code, tokenizer, a freshly rendered card, ``eval_results.json``), never ``training_args.bin`` or checkpoints.
         Call it after :meth:`save_model` and the test evaluation. Returns the commit info (``None`` off rank 0).
         """
+        from ..publishing.hub import push_to_hub as publish
+
         if not self.is_world_process_zero():
             return None
         if not self.args.hub_model_id:

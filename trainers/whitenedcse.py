@@ -7,7 +7,7 @@ eq. 7 (``loss_type="L1"``) or eq. 8 (``"L2"``) over the per-positive InfoNCE ter
 
 import logging
 
-from modeling.losses import multi_positive_info_nce_terms, multi_positive_l1_loss, multi_positive_l2_loss
+from ..modeling.losses import multi_positive_info_nce_terms, multi_positive_l1_loss, multi_positive_l2_loss
 
 from .trainer import ContrastiveTrainer
 

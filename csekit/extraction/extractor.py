@@ -28,12 +28,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from modeling.encoding import deduplicate
-from modeling.modeling_encoder import build_encoder
-from modeling.pooling import STATIC_EMBEDDINGS_LAYER, masked_mean, mean_layer_states
-
-from .data import DataError, read_sentences, resolve_data_file
-from .encoders import resolve_device, resolve_model_path
+from ..data import read_reference_corpus, resolve_data_file
+from ..errors import DataError
+from ..loading import resolve_device, resolve_model_path
+from ..modeling.encoding import deduplicate
+from ..modeling.modeling_encoder import build_encoder
+from ..modeling.pooling import STATIC_EMBEDDINGS_LAYER, masked_mean, mean_layer_states
 from .idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
 from .postprocessing import PostProcessingChain
 from .prompts import mask_token_weights, resolve_template
@@ -46,24 +46,7 @@ DEFAULT_AVG_CORPUS = ("wiki/wikitext-2-raw/wiki.test.raw", "wiki/wiki1m_for_simc
 BERT_TOKENIZER_DIR = "bert-base-uncased-tokenizer"
 
 
-# ------------------------------------------------------------------------------------------------ corpora and models
-def read_reference_corpus(path) -> list:
-    """Sentences of a reference corpus: WikiText ``*.raw`` files are split into sentences (headings dropped, texts
-    shorter than 10 characters omitted, as the paper does for IsoScore); other files are one sentence per line."""
-    path = Path(path)
-    if path.suffix != ".raw":
-        return read_sentences(path)
-    sentences = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith("="):
-            continue
-        sentences += [s.strip() for s in re.split(r"(?<= [.!?]) ", line) if len(s.strip()) >= 10]
-    if not sentences:
-        raise DataError(f"{path}: no sentences")
-    return sentences
-
-
+# ------------------------------------------------------------------------------------------------ models
 def bert_tokenizer_path(data_dir) -> Path:
     """The bert-base-uncased tokenizer + config folder: ``$CSEKIT_BERT_TOKENIZER``, else ``models/`` next to the
     data folder (the shared layout)."""
@@ -103,7 +86,7 @@ class TransformerSource:
 
 def load_transformer(name: str, data_dir, seed: int = 42, device: Optional[str] = None) -> TransformerSource:
     """A csekit folder (its backbone), an HF folder, ``all-MiniLM-L6-v2``, or ``random-bert``, on ``device``
-    (:func:`~trainers.encoders.resolve_device`)."""
+    (:func:`~csekit.loading.resolve_device`)."""
     device = resolve_device(device)
     if name == "random-bert":
         folder = bert_tokenizer_path(data_dir)
@@ -360,94 +343,5 @@ __all__ = [
     "TransformerSource",
     "load_reference",
     "load_source",
-    "read_reference_corpus",
     "resolve_layers",
 ]
-
-
-# ------------------------------------------------------------------------------------------------ the grid
-SUITES = ("sts", "transfer", "clustering", "geometry")
-
-
-def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, clustering_max_examples=None,
-                     clustering_runs: int = 10, sts_tasks: Optional[Sequence[str]] = None) -> list:
-    """``(suite, name, score(embed))`` per dataset: each unit embeds one dataset, so target-fitted post-processing and
-    idf^T see exactly that dataset's texts (one STS task, one transfer task, one clustering dataset)."""
-    # imported here: geometry reads its corpus with read_reference_corpus from this module
-    from .clustering import ClusteringEvaluator
-    from .geometry import GeometryEvaluator
-    from .sts import STS_TASKS, STSEvaluator
-    from .transfer import TransferEvaluator
-
-    unknown = [suite for suite in suites if suite not in SUITES]
-    if unknown or not suites:
-        raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(SUITES)}")
-    units = []
-    for suite in suites:
-        if suite == "sts":
-            unknown_tasks = [task for task in sts_tasks or () if task not in STS_TASKS]
-            if unknown_tasks:
-                raise DataError(f"unknown STS task(s) {', '.join(unknown_tasks)}; choose from {', '.join(STS_TASKS)}")
-            for task in sts_tasks or STS_TASKS:
-                evaluator = STSEvaluator(data_dir, [task])
-                units.append((suite, task, lambda embed, e=evaluator, t=task: e(embed)[t]))
-        elif suite == "transfer":
-            evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train)
-            units += [(suite, n, lambda embed, e=evaluator, n=n: e.evaluate_task(n, embed)) for n in evaluator.tasks]
-        elif suite == "clustering":
-            evaluator = ClusteringEvaluator(data_dir, max_examples=clustering_max_examples, runs=clustering_runs)
-            units += [
-                (suite, n, lambda embed, e=evaluator, n=n: e.evaluate_dataset(n, embed)) for n in evaluator.datasets
-            ]
-        else:
-            units.append((suite, "geometry", GeometryEvaluator(data_dir)))
-    return units
-
-
-def run_grid(
-    models: Sequence[str], layers: Sequence[str], templates: Sequence[str], aggregations: Sequence[str],
-    postprocessings: Sequence[str], units: list, extractor: Extractor, data_dir, seed: int = 42, avg_corpus=None,
-    device: Optional[str] = None,
-) -> list:
-    """Score every cell; returns one row per cell: ``{"model", "layers", "template", "aggregation",
-    "postprocessing", <suite>: {dataset: score, "avg": mean}}`` (geometry: its metrics).
-
-    Loop order keeps one dataset's token states in memory at a time: model, template, layers, dataset, then the
-    aggregation x post-processing cells, which all reuse the cached states.
-    """
-    from .postprocessing import parse_postprocessing
-
-    chains = [parse_postprocessing(spec) for spec in postprocessings]
-    for template in templates:
-        resolve_template(template)
-    rows, averaged_sources = [], {}
-    for model in models:
-        source = load_source(model, data_dir, avg_corpus, seed, averaged_sources, device)
-        for template in templates:
-            # the [MASK] representation exists only inside a template
-            cell_aggregations = [a for a in aggregations if a != "mask" or resolve_template(template) is not None]
-            for layer_spec in layers if source.uses_layers else ["-"]:
-                settings = {}
-                for aggregation in cell_aggregations:
-                    for chain in chains:
-                        setting = ExtractionSetting(layer_spec, template, aggregation, chain)
-                        setting.validate()
-                        if source.uses_layers:
-                            resolve_layers(layer_spec, source.num_hidden_layers)
-                        settings[(aggregation, str(chain))] = setting
-                cells = {key: {"model": model, "layers": layer_spec, "template": template, "aggregation": key[0],
-                               "postprocessing": key[1]} for key in settings}
-                for suite, name, score in units:
-                    for key, setting in settings.items():
-                        value = score(extractor.embedder(source, setting))
-                        if suite == "geometry":
-                            cells[key]["geometry"] = value
-                        else:
-                            cells[key].setdefault(suite, {})[name] = value
-                    extractor.cache.release(keep_fingerprints=[extractor.reference_fingerprint])
-                for cell in cells.values():
-                    for suite, scores in cell.items():
-                        if suite in ("sts", "transfer", "clustering"):
-                            scores["avg"] = round(float(np.mean(list(scores.values()))), 2)
-                rows += list(cells.values())
-    return rows

@@ -5,7 +5,7 @@
     csekit export-st MODEL_DIR OUT_DIR [--layout auto|plain|remote-code] [--overwrite]
 """
 
-from .data import DataError
+from ..errors import DataError
 
 
 def add_card_parser(subparsers) -> None:

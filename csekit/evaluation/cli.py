@@ -1,19 +1,15 @@
-"""The ``csekit`` command line.
+"""``csekit evaluate``: score any sentence encoder on the STS, transfer, clustering and geometry suites.
 
     csekit evaluate MODEL --tasks sts [--pooler P] [--batch-size N] [--max-length L] [--device D]
                           [--data-dir DIR] [--output results.json]
 """
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-from .data import DataError, resolve_data_dir
-from .extraction_cli import add_extract_parser
-from .publish_cli import add_card_parser, add_export_st_parser, add_push_parser
+from ..data import resolve_data_dir
+from ..errors import DataError
 from .sts import STS_TASKS, STSEvaluator, format_sts_table
-from .suites import SUITE_TITLES, evaluate_suites, format_table
 
 EVALUATION_SUITES = ("sts", "transfer", "clustering", "geometry")
 
@@ -23,8 +19,8 @@ def add_evaluate_parser(subparsers) -> None:
         "evaluate",
         help="Score a model on evaluation suites (STS: SentEval 'all' protocol, Spearman x100).",
         description="Score a sentence encoder. MODEL is a csekit model folder, any Hugging Face encoder folder "
-        "(sentence-transformers folders included), 'all-MiniLM-L6-v2' (the embedded model), or a Hub id that is "
-        "already in the local cache. Nothing is downloaded.",
+        "(sentence-transformers folders included), 'all-MiniLM-L6-v2', or a Hub id (downloaded through the Hugging "
+        "Face cache; HF_HUB_OFFLINE=1 uses the cache only).",
     )
     parser.add_argument("model", metavar="MODEL")
     parser.add_argument("--tasks", default="sts", help=f"Comma-separated suites: {', '.join(EVALUATION_SUITES)}.")
@@ -54,7 +50,9 @@ def add_evaluate_parser(subparsers) -> None:
 
 
 def run_evaluate(args) -> int:
-    from .encoders import load_embedder, resolve_device
+    from ..loading import resolve_device
+    from .encoders import load_embedder
+    from .suites import SUITE_TITLES, evaluate_suites, format_table
 
     suites = [suite.strip() for suite in args.tasks.split(",") if suite.strip()]
     unknown = [suite for suite in suites if suite not in EVALUATION_SUITES]
@@ -86,25 +84,4 @@ def run_evaluate(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="csekit", description="Contrastive sentence embeddings: evaluate and publish.")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    add_evaluate_parser(subparsers)
-    add_extract_parser(subparsers)
-    add_card_parser(subparsers)
-    add_push_parser(subparsers)
-    add_export_st_parser(subparsers)
-    return parser
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.handler(args)
-    except DataError as error:
-        print(f"csekit: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["EVALUATION_SUITES", "add_evaluate_parser", "run_evaluate"]

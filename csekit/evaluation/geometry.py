@@ -14,8 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 from sklearn.decomposition import PCA
 
-from .data import resolve_data_file
-from .extraction import read_reference_corpus
+from ..data import read_reference_corpus, resolve_data_file
 from .sts import load_sts_task
 
 ISOSCORE_CORPUS = "wiki/wikitext-2-raw/wiki.test.raw"

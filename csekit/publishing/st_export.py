@@ -7,7 +7,7 @@ Two layouts:
   with no head (SimCSE with ``avg`` / ``cls_before_pooler`` / ``cls`` + ``mlp_only_train``, and any other class
   whose inference head is the identity);
 * ``remote-code``: the csekit model itself (weights, ``auto_map`` code, tokenizer) driven by the
-  :class:`~trainers.csekit_st.CSEKitEncoder` module shipped in the folder; works for every csekit model and loads
+  :class:`~csekit.publishing.csekit_st.CSEKitEncoder` module shipped in the folder; works for every csekit model and loads
   with ``SentenceTransformer(folder, trust_remote_code=True)``.
 
 ``auto`` picks ``plain`` when possible. Either way the export encodes probe sentences with both models and
@@ -25,10 +25,9 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from modeling import SentenceEncoderPreTrainedModel
-
-from .data import DataError
-from .encoders import resolve_model_path
+from ..errors import DataError
+from ..loading import resolve_model_path
+from ..modeling import SentenceEncoderPreTrainedModel
 
 LAYOUTS = ("auto", "plain", "remote-code")
 ST_MODULE_FILE = Path(__file__).with_name("csekit_st.py")

@@ -1,7 +1,7 @@
 """The alignment/uniformity figure of a model card (Wang & Isola, 2020), drawn from one evaluation run.
 
 Alignment and uniformity use the definitions (and the STS-B train sentences and positive pairs) of
-:mod:`trainers.geometry`, so the numbers on the figure equal ``csekit evaluate --tasks geometry``.
+:mod:`csekit.evaluation.geometry`, so the numbers on the figure equal ``csekit evaluate --tasks geometry``.
 
     numbers = alignment_uniformity_figure(embed, data_dir, "model/alignment_uniformity.png")
     # {"alignment": .., "uniformity": ..}
@@ -10,14 +10,10 @@ Alignment and uniformity use the definitions (and the STS-B train sentences and 
 from pathlib import Path
 from typing import Callable
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure  # no pyplot: nothing global (backend, figure registry) is touched
 
-matplotlib.use("Agg")  # files only, no display
-
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-import numpy as np  # noqa: E402
-
-from .geometry import GeometryEvaluator, alignment, uniformity  # noqa: E402
+from ..evaluation.geometry import GeometryEvaluator, alignment, uniformity
 
 FIGURE_FILE = "alignment_uniformity.png"
 SAMPLED_PAIRS = 20000
@@ -50,7 +46,8 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
     second = (first + generator.integers(1, len(unit), SAMPLED_PAIRS)) % len(unit)  # never the same sentence
     random_pairs = ((unit[first] - unit[second]) ** 2).sum(1)
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    figure = Figure(figsize=(9, 3.4))
+    left, right = figure.subplots(1, 2)
     bins = np.linspace(0.0, 4.0, 41)  # squared distance of unit vectors lies in [0, 4]
     left.hist(positive, bins=bins, color="#4c72b0")
     left.set_title(f"positive pairs: alignment = {numbers['alignment']:.3f}")
@@ -62,7 +59,6 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
     figure.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
-    plt.close(figure)
     return numbers
 
 

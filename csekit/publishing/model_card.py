@@ -2,7 +2,7 @@
 
 Every reproduced number comes from the folder's ``eval_results.json`` (written by the recipe runner and by the
 card's own geometry evaluation); hyperparameters come from ``config.json`` and ``training_args.json`` (the JSON
-twin of ``training_args.bin`` written by :func:`trainers.recipe.run_recipe`; the pickle is never read). The
+twin of ``training_args.bin`` written by :func:`csekit.trainers.recipe.run_recipe`; the pickle is never read). The
 papers' numbers live in the per-family templates of ``model_cards/`` as the *paper* rows, with their source.
 
     card = render_model_card("outputs/simcse", repo_id="me/simcse-minilm")   # a huggingface_hub.ModelCard
@@ -10,6 +10,7 @@ papers' numbers live in the per-family templates of ``model_cards/`` as the *pap
 """
 
 import json
+from importlib.resources import files
 from pathlib import Path
 from typing import Optional
 
@@ -17,14 +18,14 @@ import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig
 
-from modeling import SentenceEncoderConfig
+from ..errors import DataError
+from ..evaluation.encoders import load_embedder
+from ..evaluation.sts import STS_TASKS
+from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE
+from ..modeling import SentenceEncoderConfig
+from .figure import FIGURE_FILE, alignment_uniformity_figure
 
-from .data import DataError
-from .encoders import EMBEDDED_MODELS, load_embedder
-from .geometry_figure import FIGURE_FILE, alignment_uniformity_figure
-from .sts import STS_TASKS
-
-MODEL_CARDS_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
 FAMILY_TEMPLATES = {
     "csekit-simcse": "simcse.md",
     "csekit-whitenedcse": "whitenedcse.md",
@@ -48,8 +49,6 @@ TRAINING_KEYS = (
     "warmup_steps", "warmup_ratio", "weight_decay", "lr_scheduler_type", "eval_steps", "metric_for_best_model",
     "bf16", "fp16", "seed",
 )
-RESULTS_FILE = "eval_results.json"
-ARGUMENTS_FILE = "training_args.json"
 COMPARISON_FILE = "comparison.md"
 
 
@@ -192,7 +191,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
 def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128) -> dict:
     """Encode with the folder's model, draw ``alignment_uniformity.png`` and record the numbers in
     ``eval_results.json`` under ``geometry`` (other geometry entries, e.g. IsoScore, are kept)."""
-    from .data import resolve_data_dir
+    from ..data import resolve_data_dir
 
     folder = Path(model_dir)
     record = load_eval_record(folder)

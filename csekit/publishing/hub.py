@@ -15,8 +15,8 @@ from typing import Optional
 
 from huggingface_hub import HfApi, constants
 
-from .data import DataError
-from .geometry_figure import FIGURE_FILE
+from ..errors import DataError
+from .figure import FIGURE_FILE
 from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
 
 TOKENIZER_FILES = (
@@ -57,7 +57,7 @@ def files_to_push(model_dir) -> list:
     auto_map = config.get("auto_map") or {}
     if "AutoModel" not in auto_map or "AutoConfig" not in auto_map:
         raise DataError(f"{folder}/config.json has no auto_map for AutoConfig/AutoModel; save it with csekit "
-                        "(import modeling first) so it loads with trust_remote_code")
+                        "(import csekit first) so it loads with trust_remote_code")
     weights = sorted(path.name for path in folder.glob("*.safetensors"))
     if not weights:
         raise DataError(f"{folder}: no *.safetensors weights (pickled weights are never uploaded)")

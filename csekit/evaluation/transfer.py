@@ -24,7 +24,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
-from .data import DataError
+from ..errors import DataError
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 OPTIONAL_TRANSFER_TASKS = ("SST5", "SICKEntailment")

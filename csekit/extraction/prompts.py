@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from .data import DataError
+from ..errors import DataError
 
 SENTENCE_SLOT = "[X]"
 MASK_SLOT = "[MASK]"

@@ -17,7 +17,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 from tqdm.auto import tqdm
 
-from .data import DataError
+from ..errors import DataError
 
 CLUSTERING_DATASETS = ("agnews", "biomedical", "googlenews_TS", "searchsnippets", "stackoverflow", "tweet")
 CLUSTERING_RUNS = 10

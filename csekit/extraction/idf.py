@@ -7,7 +7,7 @@
 * "-biases" (Jiang et al. 2022, PromptBERT): drop the most frequent tokens, punctuation and subword-continuation
   tokens (and special tokens) before averaging.
 
-Both become ``(batch, seq_len)`` ``token_weights`` for :func:`modeling.pooling.masked_mean`.
+Both become ``(batch, seq_len)`` ``token_weights`` for :func:`csekit.modeling.pooling.masked_mean`.
 """
 
 import unicodedata

@@ -28,7 +28,7 @@ import numpy as np
 from sklearn.decomposition import PCA
 from sklearn.preprocessing import QuantileTransformer, StandardScaler, normalize
 
-from .data import DataError
+from ..errors import DataError
 
 REFERENCE_SUFFIX = "^W"
 STEP_NAMES = ("zscore", "quantile-u", "whiten", "abtt-D", "normalize")

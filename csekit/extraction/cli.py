@@ -10,16 +10,15 @@ import json
 import time
 from pathlib import Path
 
-from .data import DataError, resolve_data_dir, resolve_data_file
-from .encoders import resolve_device
-from .extraction import (
-    AGGREGATIONS, LAYER_PRESETS, SUITES, Extractor, HiddenStateCache, evaluation_units, load_reference,
-    read_reference_corpus, run_grid,
-)
+from ..data import read_reference_corpus, resolve_data_dir, resolve_data_file
+from ..errors import DataError
+from ..evaluation.sts import STS_TASKS
+from ..evaluation.suites import SUITE_TITLES, format_table
+from ..loading import resolve_device
+from .extractor import AGGREGATIONS, LAYER_PRESETS, Extractor, HiddenStateCache, load_reference
+from .grid import SUITES, evaluation_units, run_grid
 from .postprocessing import STEP_NAMES
 from .prompts import TEMPLATES
-from .sts import STS_TASKS
-from .suites import SUITE_TITLES, format_table
 
 
 def _list(value: str) -> list:

