@@ -85,8 +85,8 @@ def build_model(args, backbone: BackboneArguments, seed: int) -> CLSRModel:
             raise DataError("--random_init_num_layers needs --random_init true")
         path = resolve_model_path(args.model_name_or_path)
         model = CLSRModel.from_encoder(path, **options)
-    else:
-        path = args.model_name_or_path
+    else:  # a config (and tokenizer) is all a random backbone needs
+        path = resolve_model_path(args.model_name_or_path, require_weights=False)
         encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
         if backbone.random_init_num_layers is not None:
             encoder_config.num_hidden_layers = backbone.random_init_num_layers
