@@ -17,7 +17,6 @@ above 4; a .csv (sent0,sent1) brings your own pairs. STS-B test and SICK-R test 
 untrained BERT). The head trains in one process (CPU or one GPU).
 """
 
-import json
 import logging
 import os
 import time
@@ -29,6 +28,7 @@ import torch
 from accelerate import PartialState
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
+from csekit.atomic import commit_files, write_json
 from csekit.data import resolve_data_dir
 from csekit.errors import DataError
 from csekit.evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
@@ -44,7 +44,8 @@ from csekit.trainers.clsr import (
 )
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.recipe import (
-    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, write_arguments,
+    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, prepare_output_dir, require_positive,
+    write_arguments,
 )
 
 CLSRArguments = model_arguments(CLSRConfig)
@@ -106,6 +107,9 @@ def main(argv=None, prog=None):
         torch.set_num_threads(data_args.torch_threads)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise DataError("CLSR trains a small head on cached vectors in one process; launch with --num_processes 1")
+    require_positive(per_device_train_batch_size=training_args.per_device_train_batch_size,
+                     encode_batch_size=data_args.encode_batch_size)
+    staging = prepare_output_dir(training_args.output_dir, data_args.overwrite_output_dir)
     data_dir = resolve_data_dir(data_args.data_dir)
     model = build_model(model_args, backbone_args, training_args.seed).to(PartialState().device)
     held_out = held_out_test_sentences(data_dir)
@@ -121,8 +125,8 @@ def main(argv=None, prog=None):
     trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator)
     summary = trainer.train()
     output_dir = Path(training_args.output_dir)
-    model.save_pretrained(output_dir)
-    model.tokenizer.save_pretrained(output_dir)
+    model.save_pretrained(staging)  # model, arguments and scores appear in output_dir together (commit_files)
+    model.tokenizer.save_pretrained(staging)
     record = {
         "model": str(output_dir), "base_model": model_args.model_name_or_path, "pooler": model.config.pooler_type,
         "train_data": data_args.train_file, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
@@ -138,9 +142,10 @@ def main(argv=None, prog=None):
         rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
                 f"+ CLSR ({data_args.train_file})": record["sts"]}
         print(format_sts_table(rows, title="STS test (Spearman x100)"))
-    write_arguments(output_dir, model_args=model_args, backbone_args=backbone_args, data_args=data_args,
+    write_arguments(staging, model_args=model_args, backbone_args=backbone_args, data_args=data_args,
                     training_args=training_args)
-    (output_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    write_json(staging / RESULTS_FILE, record)
+    commit_files(staging, output_dir)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,7 @@
                           [--data-dir DIR] [--output results.json]
 """
 
-import json
-from pathlib import Path
-
+from ..atomic import output_file, write_json
 from ..data import resolve_data_dir
 from ..errors import DataError
 from .sts import STS_TASKS, STSEvaluator, format_sts_table
@@ -58,11 +56,10 @@ def run_evaluate(args) -> int:
     unknown = [suite for suite in suites if suite not in EVALUATION_SUITES]
     if unknown or not suites:
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(EVALUATION_SUITES)}")
-    if args.batch_size < 1:
-        raise DataError(f"--batch-size must be >= 1, got {args.batch_size}")
-    for flag in ("transfer_max_train", "clustering_max_examples", "clustering_runs"):
+    for flag in ("batch_size", "max_length", "transfer_max_train", "clustering_max_examples", "clustering_runs"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise DataError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    output = output_file(args.output) if args.output else None  # a bad --output fails before any work
     resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)
     evaluator = STSEvaluator(data_dir, STS_TASKS, split="test") if "sts" in suites else None
@@ -77,10 +74,8 @@ def run_evaluate(args) -> int:
     for suite in ("transfer", "clustering", "geometry"):
         if suite in record:
             print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], 4 if suite == "geometry" else 2))
-    if args.output:
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(record, indent=2) + "\n")
+    if output:
+        write_json(output, record)
     return 0
 
 
