@@ -29,7 +29,10 @@ def write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(temporary, 0o666 & ~umask)  # what open() would give, not mkstemp's owner-only 0o600
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()

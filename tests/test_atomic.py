@@ -19,7 +19,7 @@ import pytest
 import killer
 from conftest import tiny_bert_config
 from csekit import cli
-from csekit.atomic import STAGING, commit_files, staged_folder
+from csekit.atomic import STAGING, commit_files, staged_folder, write_text
 
 NEVER = 10**6
 
@@ -111,6 +111,14 @@ def test_staged_folder_killed_leaves_the_old_folder_or_none(tmp_path, nth):
     # 1: killed before the old folder is renamed aside; 2: before the new one is renamed in
     now = files(destination) if destination.exists() else None
     assert now == {1: old, 2: None, NEVER: {name: hashlib.sha256(data).hexdigest() for name, data in NEW.items()}}[nth]
+
+
+def test_written_files_get_the_usual_permissions_not_mkstemps(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        assert write_text(tmp_path / "card.md", "card").stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(umask)
 
 
 # ------------------------------------------------------------------------------------------------ the commands
