@@ -61,11 +61,6 @@ def check_safetensors(folder) -> None:
                             "download the model again") from None
 
 
-def is_hub_id(name: str) -> bool:
-    """Whether ``name`` is read as a Hub id (``org/name`` or ``name``): not an existing path, not ``./``, ``/``, ``~``."""
-    return not Path(name).expanduser().exists() and not name.startswith((".", "/", "~")) and bool(HUB_ID.fullmatch(name))
-
-
 def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     """The local snapshot folder of Hub model ``repo_id``, downloaded into the Hugging Face cache if needed.
 
@@ -112,7 +107,7 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
         resolved = str(folder)
     elif name_or_path in EMBEDDED_MODELS and embedded_minilm_path() is not None:
         resolved = str(embedded_minilm_path())
-    elif not is_hub_id(name_or_path):
+    elif folder.exists() or name_or_path.startswith((".", "/", "~")) or not HUB_ID.fullmatch(name_or_path):
         raise DataError(f"{name_or_path}: not a model folder (nor a Hub id such as org/name)")
     else:
         repo_id = "sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path
@@ -135,4 +130,4 @@ def resolve_device(name: Optional[str] = None) -> torch.device:
     return device
 
 
-__all__ = ["ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "is_hub_id", "hub_snapshot", "resolve_device", "resolve_model_path"]
+__all__ = ["ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "hub_snapshot", "resolve_device", "resolve_model_path"]

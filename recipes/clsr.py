@@ -44,8 +44,7 @@ from csekit.trainers.clsr import (
 )
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.recipe import (
-    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, prepare_output_dir, require_positive,
-    write_arguments,
+    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, prepare_output_dir, write_arguments,
 )
 
 CLSRArguments = model_arguments(CLSRConfig)
@@ -107,8 +106,6 @@ def main(argv=None, prog=None):
         torch.set_num_threads(data_args.torch_threads)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise DataError("CLSR trains a small head on cached vectors in one process; launch with --num_processes 1")
-    require_positive(per_device_train_batch_size=training_args.per_device_train_batch_size,
-                     encode_batch_size=data_args.encode_batch_size)
     staging = prepare_output_dir(training_args.output_dir, data_args.overwrite_output_dir)
     data_dir = resolve_data_dir(data_args.data_dir)
     model = build_model(model_args, backbone_args, training_args.seed).to(PartialState().device)

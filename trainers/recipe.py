@@ -111,11 +111,9 @@ def resolve_recipe_config(name: str) -> Optional[Path]:
 
 
 # ------------------------------------------------------------------------------------------------ shared flags
-def require_positive(**flags) -> None:
-    """Raise :class:`DataError` for the first ``--name value`` below 1 (a size or length of 0 is never meant)."""
-    for name, value in flags.items():
-        if value is not None and value < 1:
-            raise DataError(f"--{name} must be >= 1, got {value}")
+# sizes and lengths, in whichever recipe has them: below 1 they are never meant (a length of 0 would silently mean
+# "no truncation", a batch of 0 fail after the data and model are loaded)
+POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch_size")
 
 
 @dataclass
@@ -142,9 +140,6 @@ class ContrastiveDataArguments(DataArguments):
     max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
     eval_sickr: bool = field(default=False, metadata={"help": "Also score SICK-R trial during training."})
 
-    def __post_init__(self):
-        require_positive(max_seq_length=self.max_seq_length)
-
 
 @dataclass
 class CSETrainingArguments(TrainingArguments):
@@ -165,10 +160,6 @@ class CSETrainingArguments(TrainingArguments):
     report_to: Optional[str] = field(default="none", metadata={"help": "'tensorboard' to log there."})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
-
-    def __post_init__(self):
-        require_positive(per_device_train_batch_size=self.per_device_train_batch_size)
-        super().__post_init__()
 
 
 class RecipeArgumentParser(OneLineUsageErrors, HfArgumentParser):
@@ -210,6 +201,10 @@ def parse_recipe_args(
     *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    for group in outputs[: len(dataclass_types)]:
+        for name in POSITIVE_FLAGS:
+            if getattr(group, name, None) is not None and getattr(group, name) < 1:
+                parser.error(f"--{name} must be >= 1, got {getattr(group, name)}")
     return tuple(outputs[: len(dataclass_types)])
 
 
@@ -371,5 +366,5 @@ def main_guard(main: Callable, argv: Optional[list] = None) -> None:
 __all__ = [
     "CSETrainingArguments", "ContrastiveDataArguments", "ContrastiveRecipe", "DataArguments", "RecipeArgumentParser",
     "config_kwargs", "docstring_arguments", "is_csekit_output", "main_guard", "model_arguments", "parse_recipe_args",
-    "prepare_output_dir", "require_positive", "run_recipe", "write_arguments",
+    "prepare_output_dir", "run_recipe", "write_arguments",
 ]

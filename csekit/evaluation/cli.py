@@ -56,11 +56,15 @@ def run_evaluate(args) -> int:
     unknown = [suite for suite in suites if suite not in EVALUATION_SUITES]
     if unknown or not suites:
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(EVALUATION_SUITES)}")
-    for flag in ("batch_size", "max_length", "transfer_max_train", "clustering_max_examples", "clustering_runs"):
+    if args.batch_size < 1:
+        raise DataError(f"--batch-size must be >= 1, got {args.batch_size}")
+    for flag in ("transfer_max_train", "clustering_max_examples", "clustering_runs"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise DataError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    output = output_file(args.output) if args.output else None  # a bad --output fails before any work
     resolve_device(args.device)  # a bad --device fails before any data is read
+    if args.max_length is not None and args.max_length < 1:  # 0 would silently mean the model maximum
+        raise DataError(f"--max-length must be >= 1, got {args.max_length}")
+    output = output_file(args.output) if args.output else None  # a bad --output fails before any work
     data_dir = resolve_data_dir(args.data_dir)
     evaluator = STSEvaluator(data_dir, STS_TASKS, split="test") if "sts" in suites else None
     embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size, args.device)

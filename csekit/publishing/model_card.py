@@ -22,7 +22,7 @@ from ..errors import DataError
 from ..evaluation.encoders import load_embedder
 from ..evaluation.sts import STS_TASKS
 from ..atomic import output_file, write_json, write_text
-from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, is_hub_id, resolve_model_path
+from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
 from .figure import FIGURE_FILE, alignment_uniformity_figure
 
@@ -220,11 +220,11 @@ def write_model_card(
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
     output = output_file(output) if output else None  # before any encoding
     local = Path(model).is_dir()
-    if is_hub_id(str(model)):  # a missing folder is left to resolve_model_path ("not a model folder")
+    folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
+    if not local:
         if output is None:
             raise DataError(f"{model}: the card of a Hub model is written to --output FILE (the cache is read-only)")
         repo_id = repo_id or model
-    folder = Path(resolve_model_path(str(model)))
     load_eval_record(folder)  # fail on a bad folder before any encoding
     if local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file())):
         evaluate_figure(folder, data_dir)
