@@ -372,6 +372,18 @@ def score_task(task: TransferTask, vectors: np.ndarray, protocol: str = "senteva
     return _split_accuracy(*train, *dev, *test, seed)
 
 
+def _check_folds(task: TransferTask) -> None:
+    """SentEval's 10-fold searches need every class in every (inner) training set 10 times: fail early, not mid-run."""
+    if task.name in RELATEDNESS_TASKS or task.dev is not None:
+        return
+    counts = np.unique(task.train[1], return_counts=True)[1]
+    if task.test is None:  # inner folds split an outer-train, which lacks about a tenth of each class
+        counts = counts - np.ceil(counts / CV_FOLDS)
+    if counts.min() < CV_FOLDS:
+        raise DataError(f"{task.name}: a class has too few training examples for SentEval's {CV_FOLDS}-fold search "
+                        "(raise --transfer-max-train or use --transfer-protocol fast)")
+
+
 class TransferEvaluator:
     """Accuracy on transfer tasks. ``embed`` is called once per task with all its unique texts.
 
@@ -399,6 +411,9 @@ class TransferEvaluator:
             raise DataError(f"max_train must be at least {CV_FOLDS * 2}, got {max_train}")
         self.protocol, self.n_jobs = protocol, n_jobs
         self.tasks = {name: restrict_task(load_transfer_task(downstream, name, protocol), max_train) for name in tasks}
+        if protocol == "senteval":
+            for task in self.tasks.values():
+                _check_folds(task)
 
     def evaluate_task(self, name: str, embed: Callable[[list], np.ndarray]) -> float:
         task = self.tasks[name]
