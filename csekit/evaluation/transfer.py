@@ -278,8 +278,8 @@ def _kfold_accuracy(x, y, x_test, y_test, seed, n_jobs) -> float:
 
 def _split_accuracy(x, y, x_dev, y_dev, x_test, y_test, seed) -> float:
     """``SplitClassifier`` (validation.py L202-246): C by dev accuracy, test accuracy at that C."""
-    scores = _fit_path(x, y, SPLIT_GRID, seed, lambda m: (round(100 * m.score(x_dev, y_dev), 2), m.score(x_test, y_test)))
-    best = int(np.argmax([dev for dev, _ in scores]))
+    scores = _fit_path(x, y, SPLIT_GRID, seed, lambda model: (model.score(x_dev, y_dev), model.score(x_test, y_test)))
+    best = int(np.argmax([round(100 * dev, 2) for dev, _ in scores]))
     return round(100 * scores[best][1], 2)
 
 

@@ -98,7 +98,7 @@ def add_extract_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--transfer-protocol", choices=TRANSFER_PROTOCOLS, default="senteval",
-        help="Transfer classifier protocol: senteval (SentEval's scikit-learn protocol) or fast (StandardScaler + C=1).",
+        help="Transfer classifiers: senteval (SentEval's scikit-learn protocol) or fast (StandardScaler + C=1).",
     )
     parser.add_argument(
         "--clustering-max-examples", type=_positive, default=None,
