@@ -199,11 +199,12 @@ def test_trust_remote_code_round_trip(tokenizer, tmp_path, layout):
         f"batch = tok({SENTENCES[:3]!r}, padding=True, return_tensors='pt')\n"
         "vectors = model(**batch).embeddings.detach().numpy()\n"
         "np.testing.assert_allclose(vectors, np.load(path + '/expected.npy'), atol=1e-5)\n"
-        "print(type(model).__name__)\n"
+        "print(type(model).__name__, model.config.encoder_layout, bool((vectors < 0).any()))\n"
     )
     result = run_isolated_python(code, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().endswith("CLSRModel")
+    # rebuilt from config.json alone with the layout it was saved with: only the literal one is non-negative
+    assert result.stdout.strip().endswith(f"CLSRModel {layout} {layout == 'simclr'}")
 
 
 # ---------------------------------------------------------------------------------------------- embedding cache
