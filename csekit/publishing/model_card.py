@@ -223,11 +223,11 @@ def write_model_card(
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
     local = Path(model).is_dir()
+    folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
     if not local:
         if output is None:
             raise DataError(f"{model}: the card of a Hub model is written to --output FILE (the cache is read-only)")
         repo_id = repo_id or model
-    folder = Path(resolve_model_path(str(model)))
     load_eval_record(folder)  # fail on a bad folder before any encoding
     if local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file())):
         evaluate_figure(folder, data_dir)
