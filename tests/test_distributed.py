@@ -103,7 +103,9 @@ def final_weights(run: Path) -> dict:
 
 def assert_two_processes_see_the_global_batch(one: Path, two: Path) -> tuple:
     """Returns (single-process losses, process-averaged losses)."""
-    (single,), (rank0, rank1) = records(one), records(two)
+    (single,), ranks = records(one), records(two)
+    assert len(ranks) == 2, "the two processes did not form one group (each trained alone as rank 0)"
+    rank0, rank1 = ranks
     assert len(single["batches"]) == 2
     for step in range(2):  # rows [0:B] and [B:2B] of one process's batch of 2B, in order
         assert rank0["batches"][step] + rank1["batches"][step] == single["batches"][step]
@@ -154,7 +156,9 @@ def test_whitenedcse_whitens_with_the_statistics_of_each_process(runs):
 
 
 def test_clsr_caches_are_pooled_by_every_process_and_the_head_equals_one_process(runs):
-    (single,), (rank0, rank1) = records(runs / "clsr_1" / "output"), records(runs / "clsr_2" / "output")
+    (single,), ranks = records(runs / "clsr_1" / "output"), records(runs / "clsr_2" / "output")
+    assert len(ranks) == 2, "the two processes did not form one group (each ran alone as rank 0)"
+    rank0, rank1 = ranks
     assert 0 < rank0["pooled_sentences"] < single["pooled_sentences"]
     assert rank0["pooled_sentences"] + rank1["pooled_sentences"] == single["pooled_sentences"]
     one_cache, two_cache = sorted((runs / "clsr_1" / "cache").iterdir()), sorted((runs / "clsr_2" / "cache").iterdir())
