@@ -1,7 +1,7 @@
 """Worker for tests/test_distributed.py: csekit recipes through their real ``Trainer`` loop, one job after another.
 
 Launched as ``accelerate launch [--multi_gpu --num_processes N --main_process_port P | --cpu] tests/dist_worker.py
-JOBS.json``. ``JOBS.json`` is a list of ``{"name", "method", "argv", "options"}``; each job runs the recipe
+JOBS.json``. ``JOBS.json`` is a list of ``{"method", "argv", "options"}``; each job runs the recipe
 ``csekit.recipes.<method>`` on ``argv`` (its ``--output_dir`` is the job's folder) exactly as ``accelerate launch
 recipes/<method>.py`` would, with these test-only changes (``options``):
 
