@@ -21,6 +21,22 @@ def distributed_rank_and_world() -> tuple:
     return 0, 1
 
 
+class _ContiguousGradient(torch.autograd.Function):
+    """Identity whose backward hands on a contiguous gradient.
+
+    ``torch.distributed.nn.functional.all_gather``'s backward on gloo scatters into ``empty_like`` buffers of the
+    incoming gradients; for a strided (e.g. transposed) gradient the bytes land in the wrong elements (torch 2.13).
+    """
+
+    @staticmethod
+    def forward(ctx, tensor):
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
     """Concatenate ``tensor`` from every process along dim 0, keeping gradients (identity on one process)."""
     _, world = distributed_rank_and_world()
@@ -28,7 +44,7 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     from torch.distributed.nn.functional import all_gather
 
-    return torch.cat(all_gather(tensor.contiguous()), dim=0)
+    return _ContiguousGradient.apply(torch.cat(all_gather(tensor.contiguous()), dim=0))
 
 
 def cosine_logits(anchors: torch.Tensor, candidates: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -23,12 +23,17 @@ paper's selection as published; every score on a set its pairs overlap is then m
 eval_results.json ("contaminated"), the printed table (*) and the model card.
 
 --random_init true builds the backbone from its config with random weights (the paper's "mechanics" check on an
-untrained BERT). The head trains in one process (CPU or one GPU).
+untrained BERT).
+
+Several processes (``accelerate launch --num_processes N``): every process pools a contiguous share of each sentence
+list the cache does not hold yet (the frozen-encoder pass is the expensive part), the main process stores the whole
+entry, and every process reads it. The head, a few small matrix products per step on cached vectors, then trains in
+every process alike (same seed, same vectors: the result of one process), and the main process writes the outputs.
 """
 
+import dataclasses
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +41,7 @@ from typing import Optional
 
 import torch
 from accelerate import PartialState
+from accelerate.utils import gather, pad_across_processes
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
 from csekit.data import resolve_data_dir
@@ -53,7 +59,7 @@ from csekit.trainers.clsr import (
     load_positive_pairs,
     require_full_batch,
 )
-from csekit.trainers.embedding_cache import EmbeddingCache
+from csekit.trainers.embedding_cache import EmbeddingCache, data_fingerprint, model_fingerprint
 from csekit.trainers.recipe import (
     DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, write_arguments,
 )
@@ -132,6 +138,26 @@ def mark_contaminated(table: str, row: str, contaminated: dict) -> str:
     return "\n".join(lines)
 
 
+def pooled_vectors(cache: EmbeddingCache, model: CLSRModel, sentences: list, batch_size: int):
+    """``cache.get(model, sentences)``; under several processes a missing entry is pooled by all of them, each a
+    contiguous share, and stored once by the main process (the cache folder is shared)."""
+    state = PartialState()
+    world = state.num_processes
+    if world > 1 and len(sentences) >= world:
+        if not cache.path_for(model_fingerprint(model), data_fingerprint(sentences)).exists():
+            bounds = [len(sentences) * rank // world for rank in range(world + 1)]
+            rank = state.process_index
+            share = model.encode_pooled(sentences[bounds[rank] : bounds[rank + 1]], batch_size=batch_size)
+            padded = gather(pad_across_processes(share.to(state.device), dim=0)).cpu()
+            rows = padded.reshape(world, -1, share.shape[1])
+            vectors = torch.cat([part[: end - start] for part, start, end in zip(rows, bounds, bounds[1:])])
+            if state.is_main_process:
+                cache.put(model, sentences, vectors)
+            state.wait_for_everyone()
+            return dataclasses.replace(cache.get(model, sentences), status=f"built by {world} processes")
+    return cache.get(model, sentences, batch_size=batch_size)
+
+
 def main(argv=None, prog=None):
     model_args, backbone_args, data_args, training_args = parse_recipe_args(
         (CLSRArguments, BackboneArguments, CLSRDataArguments, CLSRTrainingArguments), argv, description=__doc__,
@@ -140,10 +166,12 @@ def main(argv=None, prog=None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if data_args.torch_threads:
         torch.set_num_threads(data_args.torch_threads)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise DataError("CLSR trains a small head on cached vectors in one process; launch with --num_processes 1")
+    # without a GPU (or other accelerator) the processes of a multi-process launch join one gloo group on CPU
+    state = PartialState(cpu=not torch.accelerator.is_available())
+    if not state.is_main_process:  # every process trains the same head; one writes the logs
+        training_args = dataclasses.replace(training_args, report_to="none")
     data_dir = resolve_data_dir(data_args.data_dir)
-    model = build_model(model_args, backbone_args, training_args.seed).to(PartialState().device)
+    model = build_model(model_args, backbone_args, training_args.seed).to(state.device)
     held_out = held_out_sentences(data_dir)
     corpus = build_pair_corpus(*load_positive_pairs(data_args.train_file, data_dir), held_out,
                                drop=data_args.test_overlap == "drop")
@@ -153,14 +181,19 @@ def main(argv=None, prog=None):
         logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
-    train_entry = cache.get(model, corpus.sentences, batch_size=data_args.encode_batch_size)
+    train_entry = pooled_vectors(cache, model, corpus.sentences, data_args.encode_batch_size)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
-    dev_evaluator = CachedSTSEvaluator(dev, cache.get(model, dev.sentences(), data_args.encode_batch_size).vectors)
+    dev_vectors = pooled_vectors(cache, model, dev.sentences(), data_args.encode_batch_size).vectors
+    dev_evaluator = CachedSTSEvaluator(dev, dev_vectors)
     pooling_seconds = time.perf_counter() - start
     logging.info("%d pairs over %d sentences (%d dropped: they share a sentence with a held-out set); train cache %s "
                  "(%s)", len(corpus.pairs), len(corpus.sentences), corpus.dropped, train_entry.path, train_entry.status)
     trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator)
     summary = trainer.train()
+    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None
+    test_vectors = pooled_vectors(cache, model, test.sentences(), data_args.encode_batch_size).vectors if test else None
+    if not state.is_main_process:
+        return
     output_dir = Path(training_args.output_dir)
     model.save_pretrained(output_dir)
     model.tokenizer.save_pretrained(output_dir)
@@ -172,9 +205,7 @@ def main(argv=None, prog=None):
         **summary,
         "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
     }
-    if data_args.do_test_eval:
-        test = STSEvaluator(data_dir, STS_TASKS, split="test")
-        test_vectors = cache.get(model, test.sentences(), data_args.encode_batch_size).vectors
+    if test is not None:
         test_evaluator = CachedSTSEvaluator(test, test_vectors)
         record["base_sts"], record["sts"] = test_evaluator(), test_evaluator(model.mlp)
         clsr_row = f"+ CLSR ({data_args.train_file})"

@@ -29,6 +29,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 
 from .collators import ContrastiveCollator
 from ..errors import DataError
+from ..modeling.modeling_cmlm_cse import IGNORE_INDEX
 from .trainer import SimCSETrainer
 
 CONTRASTIVE_AUGMENTATIONS = ("none", "word_repetition", "drop_one_word")
@@ -116,8 +117,15 @@ class CMLMCSETrainer(SimCSETrainer):
         contrastive = super().compute_losses(model, outputs, inputs)["contrastive"]
         if outputs.mlm_loss is None:
             raise DataError("CMLM-CSE batches need mlm_input_ids/mlm_labels: use CMLMCSECollator")
-        total = config.contrastive_weight * contrastive + config.mlm_weight * outputs.mlm_loss
-        return {"loss": total, "contrastive": contrastive, "mlm": outputs.mlm_loss}
+        mlm = outputs.mlm_loss
+        if self.gather_across_processes:
+            # the model's loss is the mean over this process's masked tokens; rescale it so that DDP's gradient average
+            # is the mean over the masked tokens of all processes, as one process with the whole batch computes
+            masked = (inputs["mlm_labels"] != IGNORE_INDEX).sum()
+            all_masked = self.accelerator.reduce(masked, reduction="sum").clamp(min=1)
+            mlm = mlm * masked * self.accelerator.num_processes / all_masked
+        total = config.contrastive_weight * contrastive + config.mlm_weight * mlm
+        return {"loss": total, "contrastive": contrastive, "mlm": mlm}
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
         if _internal_call:  # a training checkpoint: keep the auxiliary network
