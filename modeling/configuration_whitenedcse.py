@@ -92,13 +92,13 @@ class WhitenedCSEConfig(SentenceEncoderConfig):
         whitening: ``none``, ``pca``, ``zca``, ``group`` or ``shuffled_group`` (Table 3).
         num_groups: k, the number of whitening groups (§3.2.1: "divide it into k groups ... Z_k ∈ R^{N×d/k}"; the
             "group size" of Table 4 and §4.1); each group has hidden / k channels, so k must divide the hidden size.
-            Empty = the paper's k for the backbone: 384 for BERT (2 channels on bert-base), 256 for RoBERTa,
+            Default: the paper's k for the backbone: 384 for BERT (2 channels on bert-base), 256 for RoBERTa,
             hidden / 2 where those do not fit (MiniLM 192, bert-large 512). Used by ``group``/``shuffled_group``;
             ``pca``/``zca`` whiten the whole feature.
         num_positives: ``m >= 1`` (Table 5: paper positive number 2..5 = ``num_positives`` 1..4).
         positive_source: ``sgw`` or ``dropout`` (above).
         loss_type: ``L1`` (eq. 7) or ``L2`` (eq. 8).
-        positive_weights: ``λ`` of eq. 7/8, one weight > 0 per positive (``num_positives`` values). Empty = all 1,
+        positive_weights: ``λ`` of eq. 7/8, one weight > 0 per positive (``num_positives`` values). Default: all 1,
             as the released code (``loss1 + loss2``); ``1 0.8`` is the authors' January 2023 code.
         whitening_eps: added to the covariance eigenvalues (> 0; the released code has none).
         whitening_momentum: ``β`` of eq. 13 for the running statistics, in [0, 1).

@@ -13,8 +13,8 @@ The paper's ablations are flags:
 * Table 3: --whitening none|pca|zca|group|shuffled_group
 * Table 4: the number of whitening groups (--num_groups) with --whitening shuffled_group or group (w/o shuffle)
 * Table 5: paper positive number 2..5 = --num_positives 1..4
-* loss: --loss_type L1|L2, --positive_weights (one per positive, e.g. 1 0.8); also --positive_source, --whitening_gradient,
-  --inference_representation.
+* loss: --loss_type L1|L2, --positive_weights (one per positive, e.g. 1 0.8); also --positive_source,
+  --whitening_gradient, --inference_representation.
 """
 
 from csekit.modeling import WhitenedCSEModel
