@@ -105,7 +105,7 @@ def recipe_flags(method: str) -> list:
         # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder
         "cmlm_cse": ["--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"],
         # 16 groups of 2 channels: smaller than every per-process batch of the tests
-        "whitenedcse": ["--pooler_type", "cls", "--group_size", "2"],
+        "whitenedcse": ["--pooler_type", "cls", "--num_groups", "16"],
     }[method]
 
 
