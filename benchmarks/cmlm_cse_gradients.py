@@ -59,7 +59,7 @@ def main(argv=None):
         str(model_path), pooler_type=args.pooler, extractor_layers=args.extractor_layers,
         fusion_layers=args.fusion_layers, mask_rate=args.mask_rate,
     ).train()
-    batch = CMLMCSECollator(tokenizer, max_length=args.max_length, mask_rate=args.mask_rate)(
+    batch = CMLMCSECollator(tokenizer, max_length=args.max_length, config=model.config)(
         [{"sent0": sentence} for sentence in sentences]
     )
     encoder = [(n, p) for n, p in model.named_parameters() if not n.startswith("auxiliary.") and p.requires_grad]

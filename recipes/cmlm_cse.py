@@ -40,8 +40,7 @@ class AugmentationArguments:
 
 def make_collator(tokenizer, model, data_args, augmentation: AugmentationArguments) -> CMLMCSECollator:
     augment = contrastive_augmentation(augmentation.contrastive_augmentation, augmentation.word_repetition_rate)
-    return CMLMCSECollator(tokenizer, max_length=data_args.max_seq_length, augment=augment,
-                           mask_rate=model.config.mask_rate)
+    return CMLMCSECollator(tokenizer, max_length=data_args.max_seq_length, augment=augment, config=model.config)
 
 
 RECIPE = ContrastiveRecipe(CMLMCSEForPreTraining, CMLMCSETrainer, output_dir="outputs/cmlm_cse",
