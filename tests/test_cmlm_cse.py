@@ -25,10 +25,12 @@ SENTENCES = [f"sentence number {i} about a {animal} that {verb} in the garden to
              enumerate([(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]
 
 
-def tiny_config(layers=3, **config_kwargs) -> CMLMCSEConfig:
+def tiny_config(layers=3, initializer_range=0.02, **config_kwargs) -> CMLMCSEConfig:
+    """``initializer_range`` well above BERT's 0.02 gives O(1) logits, so a loss reacts to every input it has."""
     values = dict(pooler_type="avg", extractor_layers=1, fusion_layers=2, mask_rate=0.3)
     values.update(config_kwargs)
-    return CMLMCSEConfig(encoder_config=tiny_bert_config(num_hidden_layers=layers).to_dict(), **values)
+    encoder = tiny_bert_config(num_hidden_layers=layers, initializer_range=initializer_range)
+    return CMLMCSEConfig(encoder_config=encoder.to_dict(), **values)
 
 
 def tiny_model(tokenizer, layers=3, **config_kwargs) -> CMLMCSEForPreTraining:
@@ -105,7 +107,7 @@ def test_augmentations_touch_only_the_positive_view(tokenizer):
 
 # ------------------------------------------------------------------------------------------------- the loss
 def test_mlm_loss_is_cross_entropy_on_masked_positions_only(tokenizer):
-    model = tiny_model(tokenizer).eval()
+    model = tiny_model(tokenizer, initializer_range=0.5).eval()
     batch = batch_for(tokenizer)
     out = model(**batch)
     aux, mask = model.auxiliary, batch["attention_mask"][:, 0]
@@ -249,10 +251,10 @@ def test_pretrained_mlm_head_is_the_checkpoints(family, tokenizer, tmp_path, cap
     """Issue 13 point 6: the auxiliary head is the checkpoint's MLM head (BERT's cls.predictions, RoBERTa's lm_head,
     each with its own activation); its logits on any states equal the transformers head's."""
     if family == "bert":
-        mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=2, hidden_act="gelu_new"))
+        mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=2, hidden_act="relu", initializer_range=0.5))
         reference = lambda states: mlm.cls(states)  # noqa: E731
     else:
-        mlm = RobertaForMaskedLM(tiny_roberta_config(num_hidden_layers=2))
+        mlm = RobertaForMaskedLM(tiny_roberta_config(num_hidden_layers=2, initializer_range=0.5))
         reference = lambda states: mlm.lm_head(states)  # noqa: E731
     path = masked_lm_folder(tmp_path, mlm)
     with caplog.at_level("INFO"):
@@ -276,7 +278,7 @@ def test_backbone_without_mlm_head_starts_fresh_and_says_so(tokenizer, tmp_path,
 def test_next_layers_auxiliary_loss_equals_bert_for_masked_lm(tokenizer, tmp_path):
     """Issue 13 point 8: with K + F = all layers, the contiguous fusioner, the pretrained head and h := the encoder's
     own [CLS] state after block K, the conditional-MLM loss is BertForMaskedLM's loss on the same masked input."""
-    mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=4)).eval()
+    mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=4, initializer_range=0.5)).eval()
     path = masked_lm_folder(tmp_path, mlm)
     model = CMLMCSEForPreTraining.from_encoder(path, pooler_type="cls", extractor_layers=2, fusion_layers=2,
                                                fusion_init="next_layers", mask_rate=0.3).eval()
