@@ -31,8 +31,9 @@ class CMLMCSEConfig(SimCSEConfig):
             starts from a working masked LM. With K + F = the encoder's layers, ``next_layers`` and ``top_layers``
             are the same blocks.
         mask_rate: share of (non-special) tokens of the MLM input selected for prediction, with BERT's 80/10/10
-            replacement (80% ``[MASK]``, 10% a random token, 10% unchanged). The one source of the rate: the
-            training collator reads it from this config.
+            replacement (of the selected tokens 0.8 become ``[MASK]``, 0.1 a random token, 0.1 stay). The paper's
+            headline uses 0.15 (Table 4 scans 0.15-0.45). The one source of the rate: the training collator reads
+            it from this config.
         mlm_weight: lambda in ``L = contrastive_weight * L_contrast + lambda * L_MLM`` (0 = without MLM loss).
         contrastive_weight: weight of the contrastive loss (1 normally; 0 = the paper's "w/o contrastive loss").
     """

@@ -78,9 +78,12 @@ def test_masking_statistics_at_the_configs_mask_rate(tokenizer):
     assert abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02 and abs(1 - as_mask - kept - 0.1) < 0.02
 
 
-def test_recipe_collator_takes_the_mask_rate_from_the_model_config(tokenizer):
+def test_recipe_collator_takes_the_mask_rate_from_the_model_config(tokenizer, capsys):
     from csekit.recipes.cmlm_cse import RECIPE, AugmentationArguments
 
+    with pytest.raises(SystemExit) as exit_info:
+        RECIPE.parse(["--help"])  # every flag's help (the config docstring) formats: argparse expands % in it
+    assert exit_info.value.code == 0 and "--fusion_init" in capsys.readouterr().out
     model_args, data_args, _, _ = RECIPE.parse(["--mask_rate", "0.4"])
     model = tiny_model(tokenizer, mask_rate=model_args.mask_rate)
     collator = RECIPE.collator(tokenizer, model, data_args, AugmentationArguments())
