@@ -78,6 +78,15 @@ def main(argv=None):
     tokens = batch["input_ids"]  # what the encoder reads (the masked copy goes only to the frozen extractor)
     contrastive_in, contrastive_out, contrastive_layers = split_norms(contrastive, encoder, tokens)
     mlm_in, mlm_out, mlm_layers = split_norms(outputs.mlm_loss, encoder, tokens)
+    # one AdamW step (the Trainer's optimizer, lr 3e-5, no weight decay) on lambda * L_MLM alone, paper lambda
+    word_embeddings = model.encoder.get_input_embeddings().weight
+    before = word_embeddings.detach().clone()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, weight_decay=0.0)
+    (0.005 * outputs.mlm_loss).backward()
+    optimizer.step()
+    step = (word_embeddings.detach() - before).abs().mean(1)
+    in_batch = torch.zeros(len(step), dtype=torch.bool)
+    in_batch[tokens.unique()] = True
     lines = [
         f"Command: `python benchmarks/cmlm_cse_gradients.py {shlex.join(argv if argv is not None else sys.argv[1:])}`",
         "",
@@ -93,6 +102,13 @@ def main(argv=None):
         "| lambda | lambda x L_MLM / L_contrast, gradient norm on the encoder without the word embeddings |",
         "|---:|---:|",
         *[f"| {value:g} | {value * mlm_layers / contrastive_layers:.3g} |" for value in args.lambdas],
+        "",
+        "One AdamW step (lr 3e-5, no weight decay) on 0.005 x L_MLM alone, word-embedding rows:",
+        "",
+        "| rows | mean abs step | rows that moved |",
+        "|---|---:|---:|",
+        f"| the batch's {int(in_batch.sum())} tokens | {step[in_batch].mean():.3g} | {int((step[in_batch] > 0).sum())} |",
+        f"| the other {int((~in_batch).sum())} | {step[~in_batch].mean():.3g} | {int((step[~in_batch] > 0).sum())} |",
     ]
     emit("\n".join(lines), args.output)
 
