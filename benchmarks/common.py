@@ -168,6 +168,10 @@ class TrainerStepTimer(TrainerCallback):
         self.warmup, self.device = warmup, device
         self.start = self.seconds_per_step = self.cpu_seconds_per_step = None
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.warmup == 0:
+            self.on_step_end(args, state, control)
+
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.warmup:
             synchronize(self.device)

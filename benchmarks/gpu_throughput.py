@@ -397,8 +397,9 @@ def run_all(args, argv) -> dict:
     precision = ("bf16" if device.type == "cuda" else "fp32") if args.precision == "auto" else args.precision
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(methods) - set(RECIPES))
-    if unknown or args.steps < 1 or args.warmup < 0:
-        raise DataError(f"--methods takes {', '.join(RECIPES)} (got {args.methods!r}); --steps >= 1, --warmup >= 0")
+    if unknown or args.steps < 1 or args.warmup < 0 or args.trainer_steps < 0:
+        raise DataError(f"--methods takes {', '.join(RECIPES)} (got {args.methods!r}); --steps >= 1, --warmup >= 0, "
+                        "--trainer-steps >= 0")
     model_config = args.model_config or default_model_config()
     if not Path(model_config, "config.json").is_file():
         raise DataError(f"{model_config}: no config.json (pass --model-config FOLDER with config.json and a tokenizer)")
