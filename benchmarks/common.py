@@ -55,14 +55,15 @@ def set_threads(threads: Optional[int]) -> None:
         torch.set_num_threads(threads)
 
 
-def interleaved(candidates: dict, rounds: int) -> dict:
-    """Warm each candidate up once, then run each ``rounds`` times, alternating; ``{name: [result, ...]}``.
+def interleaved(candidates: dict, rounds: int, warmup: bool = True) -> dict:
+    """Warm each candidate up once (unless ``warmup`` is off), then run each ``rounds`` times, alternating;
+    ``{name: [result, ...]}``.
 
     Alternating A, B, A, B ... exposes both sides to the same background load, so their ratio stays meaningful on
     a busy machine even when absolute times drift. A candidate returns one number per run (or a dict of them).
     """
     timings = {name: [] for name in candidates}
-    for run in candidates.values():  # untimed warm-up: first-call allocations and thread-pool start-up
+    for run in candidates.values() if warmup else ():  # untimed: first-call allocations, thread-pool start-up
         run()
     for index in range(rounds):
         for name, run in candidates.items():

@@ -1,8 +1,8 @@
 """Training throughput of SimCSE, WhitenedCSE and CMLM-CSE on one GPU, and of sentence-transformers on the same work.
 
-    python benchmarks/gpu_throughput.py --device cuda --size base --steps 200 --warmup 20 --st --compile \\
-        --trainer-steps 300 --profile --output OUT            # the issue-15 measurement (one H100: ~5 minutes)
-    python benchmarks/gpu_throughput.py --device cpu --size tiny --steps 3 --warmup 1    # CI smoke size
+    python benchmarks/gpu_throughput.py --device cuda --st --trainer-steps 300 --profile --output OUT   # eager
+    python benchmarks/gpu_throughput.py --device cuda --st --trainer-steps 300 --compile --output OUT   # compiled
+    python benchmarks/gpu_throughput.py --device cpu --size tiny --steps 3 --warmup 1                   # CI size
 
 Workload (issue 15): unsupervised SimCSE on a bert-base-sized encoder with random weights (config and tokenizer from
 ``--model-config``, default bert-base-uncased), batch 64 sentences, max length 32, two dropout views, bf16 autocast
@@ -10,49 +10,54 @@ on the GPU (float32 on the CPU unless ``--precision bf16``), real wiki1m sentenc
 built by its recipe, ``RECIPE.build_model(path, RECIPE.parse(flags)[0])``, with the recipe's paper defaults, so
 WhitenedCSE and CMLM-CSE are timed as their recipes train them.
 
-A step is what ``Trainer`` does per batch (transformers 5.23, ``_inner_training_loop``): the method trainer's
+A step is what ``Trainer`` does per batch (transformers 5.23 ``_inner_training_loop``): the method trainer's
 ``compute_loss`` under autocast, backward, gradient clipping to ``max_grad_norm``, the optimizer and scheduler the
 Trainer builds (``create_optimizer_and_scheduler``: fused AdamW, linear decay), ``zero_grad``. Batches are collated
-by the recipe's collator beforehand and already on the device; collation is timed on its own (ms per batch), since
-the Trainer runs it in the main process (``dataloader_num_workers=0``). Timing: CUDA events between steps and one
-synchronisation at the end; ``--warmup`` steps, and the first step at every new input shape (torch.compile's
-compilations), are untimed. ``--st``: sentence-transformers' ``MultipleNegativesRankingLoss`` (scale 1/0.05) on the
-same encoder weights, CLS pooling + the same Linear+tanh head, the same sentences and the same optimizer.
+by the recipe's collator beforehand and are already on the device; collation is timed on its own (ms per batch),
+since the Trainer runs it in its main process (``dataloader_num_workers=0``). Timing: CUDA events between steps and
+one synchronisation at the end; the ``--warmup`` steps and the first step at every new input shape (so
+torch.compile's compilations) are untimed. ``--compile`` times ``torch.compile(model)`` instead of the eager model
+(what ``--torch_compile true`` makes the Trainer do). ``--st``: sentence-transformers' ``MultipleNegativesRankingLoss``
+(scale 1/0.05) on the same encoder weights with CLS pooling and a Linear+tanh head (SimCSE's training model), the
+same sentences and the same optimizer.
 
-Reported per run: step time (median, min-max), steps/s, tokens/s (views x 64 x padded length: the encoder's work;
-"real" excludes padding), FLOPs per step counted by ``torch.utils.flop_counter`` on one eager step (every matmul and
-attention, forward and backward), achieved TFLOP/s, MFU = achieved / the GPU's dense bf16 datasheet peak (detected
-from its name: H100 SXM 989.4, H100 PCIe 756, H200 989.4; or ``--peak-tflops``), the share of one measured large
-matmul, and the projected wall time of one wiki1m epoch (1,000,000 sentences / 64 = 15,625 steps), without and with
-the collation time. For SimCSE the FLOPs are also given by the formula of Kaplan et al. (2020) / PaLM's MFU,
-``6 N D + 12 L H T D`` (+ ``6 N_head S`` for the head): N the encoder's matmul weights (embeddings are lookups),
-D = tokens per step (2 views x 64 x T, padding included), L layers, H hidden size, T padded length, S sentences x
-views. bert-base: N = 84.9M, D = 4,096 -> 2.10 TFLOP per step.
+Reported per run: step time (median, min-max), steps/s, tokens/s (2 views x 64 x padded length, the encoder's work;
+the JSON also has the tokens without padding), FLOPs per step counted by ``torch.utils.flop_counter`` on one eager
+step (every matmul and attention, forward and backward), achieved TFLOP/s, MFU = achieved / the GPU's dense bf16
+datasheet peak (detected from its name: H100 SXM 989.4, H100 PCIe 756, H200 989.4; or ``--peak-tflops``), the
+share of one measured 8192^3 matmul, and the projected wall time of one wiki1m epoch (1,000,000 sentences / 64 =
+15,625 steps), without and with the collation time. For SimCSE the FLOPs also come from the formula of Kaplan et al.
+(2020) used by PaLM's MFU, ``6 N D + 12 L H T D + 6 N_head S``: N the encoder's matmul weights (embeddings are
+lookups), D = tokens per step (2 views x 64 x T, padding included), L layers, H hidden size, T padded length,
+N_head the head's weights, S = 128 pooled vectors. bert-base: N = 84.9M, D = 4,096 -> 2.10 TFLOP per step.
 
-``--trainer-steps N`` also trains SimCSE through the recipe's real ``Trainer.train()`` (dataloader, collator,
-logging, scheduler: everything) for N steps and times the steps after ``--warmup``; with ``--st`` also
-``SentenceTransformerTrainer``. The gap between that and the bare step is the Trainer's own cost. ``--profile``
-writes per run the top operators by device time (CPU time on the CPU) and the share of the step the GPU was busy
-running kernels: far below 1 means the step is bound by the CPU issuing kernels, not by the GPU.
+``--trainer-steps N`` also trains SimCSE through the recipe's own ``Trainer.train()`` (dataloader, collator,
+logging, scheduler: everything) for N steps and times the steps after ``--warmup``: with the recipe's defaults and
+with one setting changed at a time (``TRAINER_VARIANTS``; with ``--compile``, ``--torch_compile true``); with
+``--st`` also ``SentenceTransformerTrainer``. The gap to the bare step is the Trainer's own cost. ``--profile``
+writes per run the top operators by device time (CPU time on the CPU) to ``profile_<run>.txt`` and reports the
+kernels per step and the share of the wall time the GPU was busy: far below 1 means the CPU issuing kernels, not
+the GPU, bounds the step. Results are rewritten after every run, so a command stopped by a time limit keeps what
+it measured.
 
-On a GPU machine without internet and without this repository's data (the device machine receives a copy of the
-working tree only), from the repository root here::
+A GPU machine without internet that receives a copy of the working tree only needs the model config, the data and
+the pinned packages carried along. From the repository root here::
 
-    mkdir -p outputs/gpu_assets && cp -r ../shared/models/bert-base-uncased-tokenizer \\
+    mkdir -p outputs/gpu_assets && cp -r ../shared/models/bert-base-uncased-tokenizer \
         ../shared/data/wiki/wiki1m_for_simcse.head11914.txt outputs/gpu_assets/
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \\
-        transformers==5.23.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 accelerate==1.15.0 \\
-        datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 sentence-transformers==6.2.0 httpx2 httpcore2 \\
-        truststore anyio idna h11 click
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+        transformers==5.23.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 accelerate==1.15.0 \
+        datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 sentence-transformers==6.2.0 httpx2==2.16.2 \
+        httpcore2==2.16.2 truststore==0.10.5 anyio==4.16.0 sniffio==1.3.1 idna==3.20 h11==0.16.0 click==8.5.1 \
+        regex==2026.5.9 fsspec==2026.9.0
 
-then carry ``.whl`` and ``outputs/gpu_assets`` and run (one line)::
+and there, with ``.whl`` and ``outputs/gpu_assets`` carried (about 23 MB)::
 
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . &&
-    PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_throughput.py --device cuda
-    --model-config outputs/gpu_assets/bert-base-uncased-tokenizer
-    --data-file outputs/gpu_assets/wiki1m_for_simcse.head11914.txt --st --compile --trainer-steps 300 --profile
-    --output $OUT
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site .whl/*.whl .
+    PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_throughput.py --device cuda \
+        --model-config outputs/gpu_assets/bert-base-uncased-tokenizer \
+        --data-file outputs/gpu_assets/wiki1m_for_simcse.head11914.txt --st --trainer-steps 300 --profile --output OUT
 """
 
 import argparse
@@ -87,6 +92,11 @@ TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, i
 TINY_FLAGS = {"whitenedcse": ["--group_size", "16"], "cmlm_cse": ["--extractor_layers", "1", "--fusion_layers", "1"]}
 WIKI1M_STEPS = 15_625  # 1,000,000 sentences in batches of 64: SimCSE's one epoch
 TARGET_EPOCH_SECONDS = 300  # issue 15: one wiki1m epoch of SimCSE bert-base in <= 5 minutes on one H100
+# --trainer-steps: the recipe's defaults, then one change each (nothing that alters the numerics): no per-step
+# host-device sync for the NaN/inf loss filter; collation in 2 worker processes instead of the main one
+TRAINER_VARIANTS = [("(recipe defaults)", []), ("--logging_nan_inf_filter false", ["--logging_nan_inf_filter", "false"]),
+                    ("--dataloader_num_workers 2", ["--dataloader_num_workers", "2"])]
+COMPILED_TRAINER_VARIANTS = [("--torch_compile true", ["--torch_compile", "true"])]
 BERT_BASE = "bert-base-uncased-tokenizer"
 
 
@@ -113,10 +123,11 @@ def save_random_encoder(config_dir, size: str, folder: str):
 
 
 class Run:
-    """One timed workload: batches already on the device and ``step(batch)``, one Trainer optimizer step."""
+    """One timed workload: batches already on the device and ``step(batch)``, one Trainer optimizer step;
+    ``eager_step`` is the same step without torch.compile (for counting FLOPs)."""
 
-    def __init__(self, name, step, batches, collate_seconds, formula_flops=None):
-        self.name, self.step, self.batches = name, step, batches
+    def __init__(self, name, step, eager_step, batches, collate_seconds, formula_flops=None):
+        self.name, self.step, self.eager_step, self.batches = name, step, eager_step, batches
         self.collate_seconds, self.formula_flops = collate_seconds, formula_flops
 
 
@@ -162,11 +173,11 @@ def csekit_run(method, folder, size, device, precision, compiled, feature_batche
     trainer.create_optimizer_and_scheduler(num_training_steps=WIKI1M_STEPS)
     model = trainer.model.train()
     batches, collate_seconds = collate_all(collator, [[{"sent0": s} for s in f] for f in feature_batches], device)
-    forward = torch.compile(model) if compiled else model
-    step = trainer_step(lambda batch: trainer.compute_loss(forward, batch), model, trainer.optimizer,
-                        trainer.lr_scheduler, training_args.max_grad_norm, device, precision)
+    steps = [trainer_step(lambda batch, forward=forward: trainer.compute_loss(forward, batch), model,
+                          trainer.optimizer, trainer.lr_scheduler, training_args.max_grad_norm, device, precision)
+             for forward in (torch.compile(model) if compiled else model, model)]
     formula = simcse_formula_flops(model, batches[0]) if method == "simcse" else None
-    return Run(NAMES[method] + (" (torch.compile)" if compiled else ""), step, batches, collate_seconds, formula)
+    return Run(NAMES[method] + (" (torch.compile)" if compiled else ""), *steps, batches, collate_seconds, formula)
 
 
 def st_model(folder, config, device):
@@ -198,15 +209,16 @@ def st_run(folder, config, device, precision, compiled, feature_batches) -> Run:
         return {f"{column}.{key}": value for column in columns for key, value in preprocess(texts).items()}
 
     batches, collate_seconds = collate_all(collator, feature_batches, device)
-    if compiled:
-        loss_fn.model = torch.compile(model)
+    compiled_model = torch.compile(model) if compiled else model
 
-    def forward_loss(batch):
+    def forward_loss(batch, forward):
+        loss_fn.model = forward
         features = [{k.split(".", 1)[1]: v for k, v in batch.items() if k.startswith(c + ".")} for c in columns]
         return loss_fn(features, None)
 
-    step = trainer_step(forward_loss, model, optimizer, scheduler, training_args.max_grad_norm, device, precision)
-    return Run(NAMES["st"] + (" (torch.compile)" if compiled else ""), step, batches, collate_seconds)
+    steps = [trainer_step(lambda batch, forward=forward: forward_loss(batch, forward), model, optimizer, scheduler,
+                          training_args.max_grad_norm, device, precision) for forward in (compiled_model, model)]
+    return Run(NAMES["st"] + (" (torch.compile)" if compiled else ""), *steps, batches, collate_seconds)
 
 
 def simcse_formula_flops(model, batch) -> float:
@@ -264,7 +276,8 @@ def timed_steps(run: Run, warmup: int, steps: int, device) -> dict:
 
 
 def profile_steps(run: Run, device, steps: int, path: Path) -> dict:
-    """torch.profiler over ``steps`` steps: the top-operators table in ``path``; on a GPU, the busy share."""
+    """torch.profiler over ``steps`` steps: top operators by device time (GPU) and by CPU time in ``path``; on a GPU,
+    the kernels per step and the share of the wall time the GPU was busy."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -279,16 +292,20 @@ def profile_steps(run: Run, device, steps: int, path: Path) -> dict:
     averages = prof.key_averages()
     summary = {"steps": len(batches), "wall_seconds": wall}
     if device.type == "cuda":
-        kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
-        busy = sum(e.self_device_time_total for e in averages) / 1e6
+        # kineto lists every kernel (and memcpy/memset) as an event of the CUDA device type; summing only those
+        # counts each kernel once (the CPU op that launched it carries the same time again)
+        kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not getattr(e, "is_user_annotation", False)]
+        busy = sum(e.self_device_time_total for e in kernels) / 1e6
         summary.update(gpu_busy_share=busy / wall, kernel_ms_per_step=busy / len(batches) * 1e3,
                        kernels_per_step=sum(e.count for e in kernels) / len(batches))
-    sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    path.write_text(f"{run.name}: {summary}\n\n{averages.table(sort_by=sort_by, row_limit=25)}\n")
+    tables = [averages.table(sort_by=key, row_limit=25) for key in
+              (["self_cuda_time_total"] if device.type == "cuda" else []) + ["self_cpu_time_total"]]
+    path.write_text(f"{run.name}: {summary}\n\n" + "\n\n".join(tables) + "\n")
     return summary
 
 
-def measure(run: Run, warmup: int, steps: int, device, count: bool, profile_dir) -> dict:
+def measure(run: Run, warmup: int, steps: int, device, profile_dir) -> dict:
     timing = timed_steps(run, warmup, steps, device)
     n = len(timing["per_step"])
     seconds = timing["total"] / n
@@ -301,8 +318,8 @@ def measure(run: Run, warmup: int, steps: int, device, count: bool, profile_dir)
         "formula_tflop_per_step": run.formula_flops and run.formula_flops / 1e12,
         "epoch_seconds": WIKI1M_STEPS * seconds, "epoch_seconds_with_collation": WIKI1M_STEPS * (seconds + collate),
     }
-    if count:  # FLOPs of one eager step (a compiled model runs the same matmuls)
-        result["counted_tflop_per_step"] = count_flops(lambda: run.step(run.batches[0])) / 1e12
+    # FLOPs of one eager step (a compiled model runs the same matmuls; the counter cannot see into compiled code)
+    result["counted_tflop_per_step"] = count_flops(lambda: run.eager_step(run.batches[0])) / 1e12
     if profile_dir:
         slug = "".join(c if c.isalnum() else "_" for c in run.name.lower()).strip("_")
         result["profile"] = profile_steps(run, device, min(5, len(run.batches)), Path(profile_dir) / f"profile_{slug}.txt")
@@ -348,10 +365,16 @@ def markdown(record) -> str:
         *rows,
         "",
     ]
-    simcse = next((r for r in record["results"] if r["name"] == "SimCSE"), None)
+    simcse = next((r for r in record["results"] if r["method"] == "simcse"), None)
     if simcse:
         lines.append(f"SimCSE FLOPs per step: formula 6ND + 12LHTD {simcse['formula_tflop_per_step']:.4g} TFLOP, counted "
                      f"{simcse['counted_tflop_per_step']:.4g}; padding is {simcse['padding_share']:.0%} of the tokens.")
+    for r in record["results"]:
+        profile = r.get("profile", {})
+        if "kernels_per_step" in profile:
+            lines.append(f"Profile, {r['name']}: {profile['kernels_per_step']:.0f} kernels and "
+                         f"{profile['kernel_ms_per_step']:.1f} ms of kernel time per step, GPU busy "
+                         f"{profile['gpu_busy_share']:.0%} of the wall time.")
     target = record["target"]
     if target["run"]:
         verdict = "meets" if target["met"] else "misses"
@@ -417,67 +440,72 @@ def run_all(args, argv) -> dict:
     matmul_rate = matmul_tflops(device, torch.bfloat16 if precision == "bf16" else torch.float32, matmul_size)
     print(f"device: {device_description(device)}; measured matmul {matmul_rate:.3g} TFLOP/s; peak {peak}", flush=True)
 
-    results, trainer_results, tflop_of = [], [], {}
+    command = f"python benchmarks/gpu_throughput.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
+    record = {
+        "command": command, "device": device_description(device), "device_type": device.type, "precision": precision,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__}, "size": args.size,
+        "batch_size": BATCH, "max_length": MAX_LENGTH, "steps": args.steps, "warmup": args.warmup,
+        "compile": args.compile, "peak": {
+            "datasheet_tflops": peak, "measured_matmul_tflops": matmul_rate, "matmul_size": matmul_size,
+            "source": "--peak-tflops" if args.peak_tflops else ("datasheet, dense bf16" if peak else "unknown")},
+        "wiki1m_steps": WIKI1M_STEPS, "results": [], "trainer": [],
+    }
     with tempfile.TemporaryDirectory() as folder:
         config = save_random_encoder(model_config, args.size, folder)
-        builders = {method: lambda compiled, method=method: csekit_run(
-            method, folder, args.size, device, precision, compiled, feature_batches) for method in methods}
+        record["model"] = {"layers": config.num_hidden_layers, "hidden": config.hidden_size}
+        builders = {method: lambda method=method: csekit_run(
+            method, folder, args.size, device, precision, args.compile, feature_batches) for method in methods}
         if args.st:
-            builders["st"] = lambda compiled: st_run(folder, config, device, precision, compiled, feature_batches)
-        for compiled in [False, True] if args.compile else [False]:
-            for key, build in builders.items():
-                run = build(compiled)
-                print(f"timing {run.name} ...", flush=True)
-                result = measure(run, args.warmup, args.steps, device, not compiled,
-                                 output_dir if args.profile else None)
-                tflop_of.setdefault(key, result.get("counted_tflop_per_step"))
-                add_rates(result, tflop_of[key], peak, matmul_rate)
-                result.update(method=key, compiled=compiled)
-                results.append(result)
-                print(f"  {result['seconds_per_step'] * 1e3:.1f} ms/step, {result['achieved_tflops']:.2f} TFLOP/s, "
-                      f"wiki1m epoch {result['epoch_seconds']:.0f} s", flush=True)
-                del run
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+            builders["st"] = lambda: st_run(folder, config, device, precision, args.compile, feature_batches)
+        for key, build in builders.items():
+            run = build()
+            print(f"timing {run.name} ...", flush=True)
+            result = measure(run, args.warmup, args.steps, device, output_dir if args.profile else None)
+            add_rates(result, result["counted_tflop_per_step"], peak, matmul_rate)
+            result.update(method=key, compiled=args.compile)
+            record["results"].append(result)
+            print(f"  {result['seconds_per_step'] * 1e3:.1f} ms/step, {result['achieved_tflops']:.3g} TFLOP/s, "
+                  f"wiki1m epoch {result['epoch_seconds']:.0f} s", flush=True)
+            write_record(record, output_dir)  # a run cut short by a time limit still leaves what it measured
+            del run
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         if args.trainer_steps:
             steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
-            variants = [("SimCSE, Trainer.train()", [])] + (
-                [("SimCSE, Trainer.train() --torch_compile true", ["--torch_compile", "true"])] if args.compile else [])
-            for name, flags in variants:
-                print(f"timing {name} ...", flush=True)
+            for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS):
+                print(f"timing SimCSE, Trainer.train() {name} ...", flush=True)
                 wall, _ = csekit_trainer_run(folder, data_file, steps, warmup, device, bf16, flags)
-                trainer_results.append({"name": name, "seconds_per_step": wall})
+                record["trainer"].append({"name": f"SimCSE, Trainer.train() {name}", "seconds_per_step": wall})
+                write_record(record, output_dir)
             if args.st:
                 print("timing SentenceTransformerTrainer ...", flush=True)
                 wall, _ = st_trainer_run(lambda: st_model(folder, config, device), sentences, steps, warmup, device,
-                                         bf16)
-                trainer_results.append({"name": "sentence-transformers, SentenceTransformerTrainer", "seconds_per_step": wall})
-            for r in trainer_results:
+                                         bf16, args.compile)
+                record["trainer"].append({"name": "sentence-transformers, SentenceTransformerTrainer" +
+                                          (" torch_compile" if args.compile else ""), "seconds_per_step": wall})
+            for r in record["trainer"]:
                 r.update(steps=steps - warmup, epoch_seconds=WIKI1M_STEPS * r["seconds_per_step"])
-
-    reference = {r["compiled"]: r for r in results if r["method"] == "simcse"}
-    for r in results:
-        simcse = reference.get(r["compiled"])
-        r["step_time_vs_simcse"] = r["seconds_per_step"] / simcse["seconds_per_step"] if simcse else None
-    simcse_runs = [r for r in results if r["method"] == "simcse"] + [r for r in trainer_results if "SimCSE" in r["name"]]
-    best = min(simcse_runs, key=lambda r: r["epoch_seconds"], default=None)
-    record = {
-        "command": f"python benchmarks/gpu_throughput.py {shlex.join(argv if argv is not None else sys.argv[1:])}",
-        "device": device_description(device), "device_type": device.type, "precision": precision,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "size": args.size, "batch_size": BATCH, "max_length": MAX_LENGTH, "steps": args.steps, "warmup": args.warmup,
-        "model": {"layers": config.num_hidden_layers, "hidden": config.hidden_size},
-        "peak": {"datasheet_tflops": peak, "measured_matmul_tflops": matmul_rate, "matmul_size": matmul_size,
-                 "source": "--peak-tflops" if args.peak_tflops else ("datasheet, dense bf16" if peak else "unknown")},
-        "wiki1m_steps": WIKI1M_STEPS, "results": results, "trainer": trainer_results,
-        "target": {"epoch_seconds": best and best["epoch_seconds"], "run": best and best["name"],
-                   "met": bool(best and best["epoch_seconds"] <= TARGET_EPOCH_SECONDS)},
-    }
-    table = markdown(record)
-    write_outputs(output_dir, "gpu_throughput", record, table)
+    table = write_record(record, output_dir)
     print(table)
     print(f"written: {output_dir}/gpu_throughput.json and .md")
     return record
+
+
+def write_record(record, output_dir) -> str:
+    """Add the comparisons to SimCSE and the target verdict, write JSON + markdown, return the markdown."""
+    results, trainer = record["results"], record["trainer"]
+    simcse = next((r for r in results if r["method"] == "simcse"), None)
+    for r in results:
+        r["step_time_vs_simcse"] = r["seconds_per_step"] / simcse["seconds_per_step"] if simcse else None
+    for r in trainer:
+        r.setdefault("epoch_seconds", WIKI1M_STEPS * r["seconds_per_step"])
+    runs = [r for r in results if r["method"] == "simcse"] + [r for r in trainer if r["name"].startswith("SimCSE")]
+    best = min(runs, key=lambda r: r["epoch_seconds"], default=None)
+    record["target"] = {"epoch_seconds": best and best["epoch_seconds"], "run": best and best["name"],
+                        "met": bool(best and best["epoch_seconds"] <= TARGET_EPOCH_SECONDS)}
+    table = markdown(record)
+    write_outputs(output_dir, "gpu_throughput", record, table)
+    return table
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False
     return timer.seconds_per_step, timer.cpu_seconds_per_step
 
 
-def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False):
+def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, torch_compile=False):
     """``SentenceTransformerTrainer`` with MNRL (scale 1/tau) for ``steps`` steps; (wall, CPU) seconds per step."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -77,6 +77,7 @@ def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False):
             output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-5, seed=0,
             logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none",
             use_cpu=device.type == "cpu", bf16=bf16, dataloader_drop_last=True, disable_tqdm=True,
+            torch_compile=torch_compile,
         )
         SentenceTransformerTrainer(
             model=model, args=args, train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
@@ -120,7 +121,7 @@ def main(argv=None):
         "csekit SimCSETrainer": lambda: csekit_trainer_run(model_path, train_file, args.steps, args.warmup, device,
                                                            extra_flags=["--pooler_type", "avg"]),
         "sentence-transformers MNRL": lambda: st_trainer_run(st_model, sentences, args.steps, args.warmup, device),
-    }, args.rounds)
+    }, args.rounds, warmup=False)  # each run's first --warmup steps are its warm-up
     ours, theirs = timings["csekit SimCSETrainer"], timings["sentence-transformers MNRL"]
     flops = step_flops(model_path, sentences)
     rate = matmul_tflops(device, torch.float32) * 1e12
