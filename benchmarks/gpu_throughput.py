@@ -474,13 +474,13 @@ def run_all(args, argv) -> dict:
             steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
             for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS):
                 print(f"timing SimCSE, Trainer.train() {name} ...", flush=True)
-                wall, _ = csekit_trainer_run(folder, data_file, steps, warmup, device, bf16, flags)
+                wall = csekit_trainer_run(folder, data_file, steps, warmup, device, bf16, flags)["wall"]
                 record["trainer"].append({"name": f"SimCSE, Trainer.train() {name}", "seconds_per_step": wall})
                 write_record(record, output_dir)
             if args.st:
                 print("timing SentenceTransformerTrainer ...", flush=True)
-                wall, _ = st_trainer_run(lambda: st_model(folder, config, device), sentences, steps, warmup, device,
-                                         bf16, args.compile)
+                wall = st_trainer_run(lambda: st_model(folder, config, device), sentences, steps, warmup, device,
+                                      bf16, args.compile)["wall"]
                 record["trainer"].append({"name": "sentence-transformers, SentenceTransformerTrainer" +
                                           (" torch_compile" if args.compile else ""), "seconds_per_step": wall})
             for r in record["trainer"]:

@@ -10,7 +10,8 @@ load hits both alike. Reported: median and min-max over the rounds of the wall a
 of the per-round ratio (sentence-transformers time / csekit time: > 1 means csekit is faster).
 
 The compute floor: the FLOPs of one step (``torch.utils.flop_counter``: every matmul, forward and backward) over
-this CPU's measured rate for one large float32 matmul with the same threads. "x floor" = step time / floor.
+this CPU's measured rate for one 1024^3 float32 matmul with the same threads, both in CPU seconds of this process
+(a busy machine dilutes wall time, not CPU time). "CPU x floor" = CPU seconds per step / floor.
 
     OMP_NUM_THREADS=2 python benchmarks/train_speed.py [--steps 6] [--warmup 1] [--rounds 5] [--output DIR]
 """
@@ -19,6 +20,7 @@ import argparse
 import shlex
 import sys
 import tempfile
+import time
 
 import torch
 from common import (
@@ -46,7 +48,7 @@ def recipe_flags(output_dir, steps, device, bf16=False, extra=()) -> list:
 
 
 def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False, extra_flags=(), recipe=SIMCSE):
-    """One ``recipe``-built model trained ``steps`` steps by its trainer; returns (wall, CPU) seconds per step."""
+    """One ``recipe``-built model trained ``steps`` steps by its trainer; ``{"wall", "cpu"}`` seconds per step."""
     with tempfile.TemporaryDirectory() as out:
         model_args, data_args, training_args, extra = recipe.parse(
             recipe_flags(out, steps, device, bf16, extra_flags) + ["--train_file", str(train_file)]
@@ -61,11 +63,11 @@ def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False
             train_dataset=load_training_dataset(data_args.train_file, data_args.data_dir, BATCH),
             data_collator=recipe.collator(tokenizer, model, data_args, extra),
         ).train()
-    return timer.seconds_per_step, timer.cpu_seconds_per_step
+    return {"wall": timer.seconds_per_step, "cpu": timer.cpu_seconds_per_step}
 
 
 def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, torch_compile=False):
-    """``SentenceTransformerTrainer`` with MNRL (scale 1/tau) for ``steps`` steps; (wall, CPU) seconds per step."""
+    """``SentenceTransformerTrainer`` with MNRL (scale 1/tau) for ``steps`` steps; ``{"wall", "cpu"}`` s per step."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -83,7 +85,7 @@ def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, tor
             model=model, args=args, train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
             loss=MultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE), callbacks=[timer],
         ).train()
-    return timer.seconds_per_step, timer.cpu_seconds_per_step
+    return {"wall": timer.seconds_per_step, "cpu": timer.cpu_seconds_per_step}
 
 
 def step_flops(model_path, sentences) -> int:
@@ -124,27 +126,27 @@ def main(argv=None):
     }, args.rounds, warmup=False)  # each run's first --warmup steps are its warm-up
     ours, theirs = timings["csekit SimCSETrainer"], timings["sentence-transformers MNRL"]
     flops = step_flops(model_path, sentences)
-    rate = matmul_tflops(device, torch.float32) * 1e12
+    rate = matmul_tflops(device, torch.float32, clock=time.process_time) * 1e12  # per CPU-second of this process
     floor = flops / rate
     command = f"python benchmarks/train_speed.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
-    wall_ratio = format_spread([t[0] / o[0] for o, t in zip(ours, theirs)])
-    cpu_ratio = format_spread([t[1] / o[1] for o, t in zip(ours, theirs)])
+    wall_ratio = format_spread([t["wall"] / o["wall"] for o, t in zip(ours, theirs)])
+    cpu_ratio = format_spread([t["cpu"] / o["cpu"] for o, t in zip(ours, theirs)])
     lines = [
         f"Command: `{command}`", f"Machine: {machine_description()}", "",
-        "| side | wall s/step, median (min–max) | CPU s/step | x floor |", "|---|---:|---:|---:|",
-        *[f"| {name} | {format_spread([w for w, _ in runs])} | {format_spread([c for _, c in runs])} | "
-          f"{spread(w for w, _ in runs)['median'] / floor:.2f} |" for name, runs in timings.items()],
+        "| side | wall s/step, median (min–max) | CPU s/step | CPU x floor |", "|---|---:|---:|---:|",
+        *[f"| {name} | {format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} | "
+          f"{spread(r['cpu'] for r in runs)['median'] / floor:.2f} |" for name, runs in timings.items()],
         "",
         f"Ratio sentence-transformers / csekit, per round: wall **{wall_ratio}**, CPU {cpu_ratio} ({args.rounds} rounds).",
-        f"Floor: {flops / 1e12:.3f} TFLOP per step / {rate / 1e9:.0f} GFLOP/s (one {1024}^3 float32 matmul, "
-        f"{torch.get_num_threads()} threads) = {floor:.2f} s/step.",
+        f"Floor: {flops / 1e12:.3f} TFLOP per step / {rate / 1e9:.0f} GFLOP per CPU-second (one 1024^3 float32 "
+        f"matmul, {torch.get_num_threads()} threads) = {floor:.2f} CPU s/step.",
     ]
     print("\n".join(lines))
     if args.output:
         write_outputs(args.output, "train_speed", {
             "command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
-            "warmup": args.warmup, "seconds_per_step": {name: [w for w, _ in runs] for name, runs in timings.items()},
-            "cpu_seconds_per_step": {name: [c for _, c in runs] for name, runs in timings.items()},
+            "warmup": args.warmup, "seconds_per_step": {name: [r["wall"] for r in runs] for name, runs in timings.items()},
+            "cpu_seconds_per_step": {name: [r["cpu"] for r in runs] for name, runs in timings.items()},
             "step_tflop": flops / 1e12, "matmul_gflops": rate / 1e9, "floor_seconds_per_step": floor,
         }, "\n".join(lines) + "\n")
 
