@@ -60,9 +60,10 @@ def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, mini
     assert record["target"]["run"] and record["target"]["met"] == (record["target"]["epoch_seconds"] <= 300)
 
 
-def test_gpu_throughput_rejects_an_unknown_method_in_one_line(gpu_throughput, capsys):
+def test_gpu_throughput_rejects_an_unknown_method_in_one_line(gpu_throughput, minilm_path, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        gpu_throughput.main(["--device", "cpu", "--methods", "simcse,nope"])
+        gpu_throughput.main(["--device", "cpu", "--size", "tiny", "--steps", "1", "--warmup", "0", "--methods",
+                             "simcse,nope", "--model-config", str(minilm_path), "--output", str(tmp_path)])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert error.startswith("error: --methods") and error.count("\n") == 1
