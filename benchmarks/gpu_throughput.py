@@ -67,6 +67,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -333,6 +334,16 @@ def add_rates(result, tflop, peak, matmul_rate):
                   share_of_measured_matmul=achieved / matmul_rate)
 
 
+def step_result(key, run: Run, args, device, peak, matmul_rate, output_dir) -> dict:
+    """Time ``run`` and add its rates; one line of progress."""
+    result = measure(run, args.warmup, args.steps, device, output_dir if args.profile else None)
+    add_rates(result, result["counted_tflop_per_step"], peak, matmul_rate)
+    result.update(method=key, compiled=args.compile)
+    print(f"  {result['seconds_per_step'] * 1e3:.1f} ms/step, {result['achieved_tflops']:.3g} TFLOP/s, "
+          f"wiki1m epoch {result['epoch_seconds']:.0f} s", flush=True)
+    return result
+
+
 def markdown(record) -> str:
     def number(value, pattern):
         return "–" if value is None else pattern.format(value)
@@ -375,6 +386,7 @@ def markdown(record) -> str:
             lines.append(f"Profile, {r['name']}: {profile['kernels_per_step']:.0f} kernels and "
                          f"{profile['kernel_ms_per_step']:.1f} ms of kernel time per step, GPU busy "
                          f"{profile['gpu_busy_share']:.0%} of the wall time.")
+    lines += [f"Failed: {e['name']}: {e['error']}" for e in record["errors"]]
     target = record["target"]
     if target["run"]:
         verdict = "meets" if target["met"] else "misses"
@@ -448,43 +460,44 @@ def run_all(args, argv) -> dict:
         "compile": args.compile, "peak": {
             "datasheet_tflops": peak, "measured_matmul_tflops": matmul_rate, "matmul_size": matmul_size,
             "source": "--peak-tflops" if args.peak_tflops else ("datasheet, dense bf16" if peak else "unknown")},
-        "wiki1m_steps": WIKI1M_STEPS, "results": [], "trainer": [],
+        "wiki1m_steps": WIKI1M_STEPS, "results": [], "trainer": [], "errors": [],
     }
     with tempfile.TemporaryDirectory() as folder:
         config = save_random_encoder(model_config, args.size, folder)
         record["model"] = {"layers": config.num_hidden_layers, "hidden": config.hidden_size}
-        builders = {method: lambda method=method: csekit_run(
-            method, folder, args.size, device, precision, args.compile, feature_batches) for method in methods}
-        if args.st:
-            builders["st"] = lambda: st_run(folder, config, device, precision, args.compile, feature_batches)
-        for key, build in builders.items():
-            run = build()
-            print(f"timing {run.name} ...", flush=True)
-            result = measure(run, args.warmup, args.steps, device, output_dir if args.profile else None)
-            add_rates(result, result["counted_tflop_per_step"], peak, matmul_rate)
-            result.update(method=key, compiled=args.compile)
-            record["results"].append(result)
-            print(f"  {result['seconds_per_step'] * 1e3:.1f} ms/step, {result['achieved_tflops']:.3g} TFLOP/s, "
-                  f"wiki1m epoch {result['epoch_seconds']:.0f} s", flush=True)
-            write_record(record, output_dir)  # a run cut short by a time limit still leaves what it measured
-            del run
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+
+        def bare_steps(key):
+            run = (st_run(folder, config, device, precision, args.compile, feature_batches) if key == "st" else
+                   csekit_run(key, folder, args.size, device, precision, args.compile, feature_batches))
+            return step_result(key, run, args, device, peak, matmul_rate, output_dir)
+
+        jobs = [(NAMES[key], lambda key=key: bare_steps(key)) for key in methods + (["st"] if args.st else [])]
         if args.trainer_steps:
             steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
-            for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS):
-                print(f"timing SimCSE, Trainer.train() {name} ...", flush=True)
-                wall = csekit_trainer_run(folder, data_file, steps, warmup, device, bf16, flags)["wall"]
-                record["trainer"].append({"name": f"SimCSE, Trainer.train() {name}", "seconds_per_step": wall})
-                write_record(record, output_dir)
+            jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(
+                folder, data_file, steps, warmup, device, bf16, flags))
+                for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS)]
             if args.st:
-                print("timing SentenceTransformerTrainer ...", flush=True)
-                wall = st_trainer_run(lambda: st_model(folder, config, device), sentences, steps, warmup, device,
-                                      bf16, args.compile)["wall"]
-                record["trainer"].append({"name": "sentence-transformers, SentenceTransformerTrainer" +
-                                          (" torch_compile" if args.compile else ""), "seconds_per_step": wall})
-            for r in record["trainer"]:
-                r.update(steps=steps - warmup, epoch_seconds=WIKI1M_STEPS * r["seconds_per_step"])
+                jobs.append((f"sentence-transformers, SentenceTransformerTrainer{' torch_compile' * args.compile}",
+                             lambda: st_trainer_run(lambda: st_model(folder, config, device), sentences, steps,
+                                                    warmup, device, bf16, args.compile)))
+        for name, job in jobs:
+            print(f"timing {name} ...", flush=True)
+            try:
+                result = job()
+            except Exception as error:  # one failing run (an op missing on this GPU, ...) must not lose the others
+                traceback.print_exc()
+                record["errors"].append({"name": name, "error": f"{type(error).__name__}: {error}"})
+                continue
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            if "wall" in result:  # a Trainer.train() run
+                record["trainer"].append({"name": name, "seconds_per_step": result["wall"], "steps": steps - warmup,
+                                          "epoch_seconds": WIKI1M_STEPS * result["wall"]})
+            else:
+                record["results"].append(result)
+            write_record(record, output_dir)  # a command stopped by a time limit keeps what it measured
     table = write_record(record, output_dir)
     print(table)
     print(f"written: {output_dir}/gpu_throughput.json and .md")
@@ -497,8 +510,6 @@ def write_record(record, output_dir) -> str:
     simcse = next((r for r in results if r["method"] == "simcse"), None)
     for r in results:
         r["step_time_vs_simcse"] = r["seconds_per_step"] / simcse["seconds_per_step"] if simcse else None
-    for r in trainer:
-        r.setdefault("epoch_seconds", WIKI1M_STEPS * r["seconds_per_step"])
     runs = [r for r in results if r["method"] == "simcse"] + [r for r in trainer if r["name"].startswith("SimCSE")]
     best = min(runs, key=lambda r: r["epoch_seconds"], default=None)
     record["target"] = {"epoch_seconds": best and best["epoch_seconds"], "run": best and best["name"],

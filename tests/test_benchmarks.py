@@ -28,6 +28,7 @@ def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, mini
                          "--model-config", str(minilm_path), "--data-file", str(wiki), "--output", str(tmp_path)])
     record = json.loads((tmp_path / "gpu_throughput.json").read_text())
     assert (tmp_path / "gpu_throughput.md").read_text().startswith("Command: `python benchmarks/gpu_throughput.py")
+    assert record["errors"] == []
     results = {r["name"]: r for r in record["results"]}
     assert list(results) == ["SimCSE", "WhitenedCSE", "CMLM-CSE", "sentence-transformers MNRL"]
     assert record["model"] == {"layers": 2, "hidden": 32} and record["precision"] == "fp32"
