@@ -4,6 +4,8 @@ all-MiniLM-L6-v2, mean pooling, max length 256 on both sides, batch 64, the STS-
 normalised embeddings as numpy. The two sides alternate round by round so background load hits both alike;
 reported are the median and min-max over the rounds of wall and process-CPU seconds and of the per-round ratio
 (csekit sentences/s over sentence-transformers'), and the largest difference between the two sides' embeddings.
+On the CPU also the compute floor: the FLOPs of csekit's pass (``torch.utils.flop_counter``) over the rate of one
+1024^3 float32 matmul, both per CPU-second of this process; "CPU x floor" = CPU seconds / floor.
 
     OMP_NUM_THREADS=2 python benchmarks/encode_speed.py [--rounds 5] [--sentences 2758] [--output DIR]
 """
@@ -11,9 +13,14 @@ reported are the median and min-max over the rounds of wall and process-CPU seco
 import argparse
 import shlex
 import sys
+import time
 
 import numpy as np
-from common import Stopwatch, device_description, format_spread, interleaved, set_threads, synchronize, write_outputs
+import torch
+from common import (
+    Stopwatch, count_flops, device_description, format_spread, interleaved, matmul_tflops, set_threads, spread,
+    synchronize, write_outputs,
+)
 from sentence_transformers import SentenceTransformer
 
 from csekit.data import resolve_data_dir
@@ -57,26 +64,34 @@ def main(argv=None):
     difference = float(np.abs(outputs["csekit"] - outputs["sentence-transformers"]).max())
     count = len(sentences)
     ours_runs, theirs_runs = timings["csekit"], timings["sentence-transformers"]
+    floor = None
+    if device.type == "cpu":
+        flops = count_flops(lambda: ours.encode(sentences, batch_size=args.batch_size, show_progress_bar=False))
+        floor = flops / (matmul_tflops(device, torch.float32, clock=time.process_time) * 1e12)
+
+    def times_floor(runs):
+        return f"{spread(r['cpu'] for r in runs)['median'] / floor:.2f}" if floor else "–"
+
     command = f"python benchmarks/encode_speed.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
     lines = [
         f"Command: `{command}`", f"Machine: {device_description(device)}", "",
-        f"| side | sentences/s, median (min–max) | wall s for {count} | CPU s |", "|---|---:|---:|---:|",
+        f"| side | sentences/s, median (min–max) | wall s for {count} | CPU s | CPU x floor |", "|---|---:|---:|---:|---:|",
         *[f"| {name} | {format_spread([count / r['wall'] for r in runs], 0)} | "
-          f"{format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} |"
-          for name, runs in timings.items()],
+          f"{format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} | "
+          f"{times_floor(runs)} |" for name, runs in timings.items()],
         "",
         f"Ratio csekit / sentence-transformers sentences/s, per round: wall "
         f"**{format_spread([t['wall'] / o['wall'] for o, t in zip(ours_runs, theirs_runs)])}**, CPU "
         f"{format_spread([t['cpu'] / o['cpu'] for o, t in zip(ours_runs, theirs_runs)])} ({args.rounds} rounds); "
         f"max |embedding difference| {difference:.1e}.",
-    ]
+    ] + ([f"Floor: {flops / 1e12:.3f} TFLOP for the pass = {floor:.1f} CPU s at this CPU's matmul rate."] if floor else [])
     print("\n".join(lines))
     if args.output:
         write_outputs(args.output, "encode_speed", {
             "command": command, "machine": device_description(device), "rounds": args.rounds, "sentences": count,
             "seconds": {name: [r["wall"] for r in runs] for name, runs in timings.items()},
             "cpu_seconds": {name: [r["cpu"] for r in runs] for name, runs in timings.items()},
-            "max_embedding_difference": difference,
+            "max_embedding_difference": difference, "floor_cpu_seconds": floor,
         }, "\n".join(lines) + "\n")
 
 
