@@ -116,7 +116,8 @@ def write_outputs(folder, name: str, record: dict, markdown: str) -> None:
     """``folder/name.json`` and ``folder/name.md``, each written to a temporary sibling first, then ``os.replace``d."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for path, text in ((folder / f"{name}.json", json.dumps(record, indent=2) + "\n"), (folder / f"{name}.md", markdown)):
+    for path, text in ((folder / f"{name}.json", json.dumps(record, indent=2) + "\n"),
+                       (folder / f"{name}.md", markdown)):
         temporary = path.with_name(f".{path.name}.tmp")
         temporary.write_text(text)
         os.replace(temporary, path)

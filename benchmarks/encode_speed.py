@@ -75,7 +75,8 @@ def main(argv=None):
     command = f"python benchmarks/encode_speed.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
     lines = [
         f"Command: `{command}`", f"Machine: {device_description(device)}", "",
-        f"| side | sentences/s, median (min–max) | wall s for {count} | CPU s | CPU x floor |", "|---|---:|---:|---:|---:|",
+        f"| side | sentences/s, median (min–max) | wall s for {count} | CPU s | CPU x floor |",
+        "|---|---:|---:|---:|---:|",
         *[f"| {name} | {format_spread([count / r['wall'] for r in runs], 0)} | "
           f"{format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} | "
           f"{times_floor(runs)} |" for name, runs in timings.items()],
@@ -84,7 +85,9 @@ def main(argv=None):
         f"**{format_spread([t['wall'] / o['wall'] for o, t in zip(ours_runs, theirs_runs)])}**, CPU "
         f"{format_spread([t['cpu'] / o['cpu'] for o, t in zip(ours_runs, theirs_runs)])} ({args.rounds} rounds); "
         f"max |embedding difference| {difference:.1e}.",
-    ] + ([f"Floor: {flops / 1e12:.3f} TFLOP for the pass = {floor:.1f} CPU s at this CPU's matmul rate."] if floor else [])
+    ]
+    if floor:
+        lines.append(f"Floor: {flops / 1e12:.3f} TFLOP for the pass = {floor:.1f} CPU s at this CPU's matmul rate.")
     print("\n".join(lines))
     if args.output:
         write_outputs(args.output, "encode_speed", {

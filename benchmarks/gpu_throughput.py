@@ -95,7 +95,8 @@ WIKI1M_STEPS = 15_625  # 1,000,000 sentences in batches of 64: SimCSE's one epoc
 TARGET_EPOCH_SECONDS = 300  # issue 15: one wiki1m epoch of SimCSE bert-base in <= 5 minutes on one H100
 # --trainer-steps: the recipe's defaults, then one change each (nothing that alters the numerics): no per-step
 # host-device sync for the NaN/inf loss filter; collation in 2 worker processes instead of the main one
-TRAINER_VARIANTS = [("(recipe defaults)", []), ("--logging_nan_inf_filter false", ["--logging_nan_inf_filter", "false"]),
+TRAINER_VARIANTS = [("(recipe defaults)", []),
+                    ("--logging_nan_inf_filter false", ["--logging_nan_inf_filter", "false"]),
                     ("--dataloader_num_workers 2", ["--dataloader_num_workers", "2"])]
 COMPILED_TRAINER_VARIANTS = [("--torch_compile true", ["--torch_compile", "true"])]
 BERT_BASE = "bert-base-uncased-tokenizer"
@@ -112,7 +113,7 @@ def default_model_config() -> str:
 
 
 def save_random_encoder(config_dir, size: str, folder: str):
-    """A seeded random encoder from ``config_dir``'s config (shrunk for ``tiny``) + its tokenizer, saved in ``folder``."""
+    """A seeded random encoder from ``config_dir``'s config (shrunk for ``tiny``) and its tokenizer, in ``folder``."""
     config = AutoConfig.from_pretrained(config_dir)
     if size == "tiny":
         for key, value in TINY_CONFIG.items():
@@ -314,8 +315,9 @@ def measure(run: Run, warmup: int, steps: int, device, profile_dir) -> dict:
     collate = statistics.median(run.collate_seconds)
     result = {
         "name": run.name, "steps": n, "step_seconds": spread(timing["per_step"]), "seconds_per_step": seconds,
-        "steps_per_second": 1 / seconds, "tokens_per_second": padded / seconds, "real_tokens_per_second": real / seconds,
-        "padding_share": 1 - real / padded, "collate_seconds_per_batch": collate,
+        "steps_per_second": 1 / seconds, "tokens_per_second": padded / seconds,
+        "real_tokens_per_second": real / seconds, "padding_share": 1 - real / padded,
+        "collate_seconds_per_batch": collate,
         "formula_tflop_per_step": run.formula_flops and run.formula_flops / 1e12,
         "epoch_seconds": WIKI1M_STEPS * seconds, "epoch_seconds_with_collation": WIKI1M_STEPS * (seconds + collate),
     }
@@ -323,7 +325,7 @@ def measure(run: Run, warmup: int, steps: int, device, profile_dir) -> dict:
     result["counted_tflop_per_step"] = count_flops(lambda: run.eager_step(run.batches[0])) / 1e12
     if profile_dir:
         slug = "".join(c if c.isalnum() else "_" for c in run.name.lower()).strip("_")
-        result["profile"] = profile_steps(run, device, min(5, len(run.batches)), Path(profile_dir) / f"profile_{slug}.txt")
+        result["profile"] = profile_steps(run, device, 5, Path(profile_dir) / f"profile_{slug}.txt")
     return result
 
 
@@ -351,15 +353,17 @@ def markdown(record) -> str:
     rows = []
     for r in record["results"]:
         step_ms = format_spread([r["step_seconds"][k] for k in ("median", "min", "max")], 1, 1e3)
+        busy = r.get("profile", {}).get("gpu_busy_share")
         rows.append(
             f"| {r['name']} | {step_ms} | {r['steps_per_second']:.2f} | {r['tokens_per_second']:,.0f} | "
             f"{r['tflop_per_step']:.3g} | {r['achieved_tflops']:.3g} | {number(r['mfu'], '{:.1%}')} | "
-            f"{r['collate_seconds_per_batch'] * 1e3:.1f} | {r['epoch_seconds']:.0f} ({r['epoch_seconds_with_collation']:.0f}) | "
-            f"{number(r['step_time_vs_simcse'], '{:.2f}x')} | {number(r.get('profile', {}).get('gpu_busy_share'), '{:.0%}')} |"
+            f"{r['collate_seconds_per_batch'] * 1e3:.1f} | {r['epoch_seconds']:.0f} "
+            f"({r['epoch_seconds_with_collation']:.0f}) | {number(r['step_time_vs_simcse'], '{:.2f}x')} | "
+            f"{number(busy, '{:.0%}')} |"
         )
     for r in record["trainer"]:
-        rows.append(f"| {r['name']} | {r['seconds_per_step'] * 1e3:.1f} (mean) | {1 / r['seconds_per_step']:.2f} | – | – | "
-                    f"– | – | (in the step) | {r['epoch_seconds']:.0f} | – | – |")
+        rows.append(f"| {r['name']} | {r['seconds_per_step'] * 1e3:.1f} (mean) | {1 / r['seconds_per_step']:.2f} | "
+                    f"– | – | – | – | (in the step) | {r['epoch_seconds']:.0f} | – | – |")
     peak, model = record["peak"], record["model"]
     lines = [
         f"Command: `{record['command']}`",
@@ -378,8 +382,9 @@ def markdown(record) -> str:
     ]
     simcse = next((r for r in record["results"] if r["method"] == "simcse"), None)
     if simcse:
-        lines.append(f"SimCSE FLOPs per step: formula 6ND + 12LHTD {simcse['formula_tflop_per_step']:.4g} TFLOP, counted "
-                     f"{simcse['counted_tflop_per_step']:.4g}; padding is {simcse['padding_share']:.0%} of the tokens.")
+        lines.append(f"SimCSE FLOPs per step: formula 6ND + 12LHTD {simcse['formula_tflop_per_step']:.4g} TFLOP, "
+                     f"counted {simcse['counted_tflop_per_step']:.4g}; padding is {simcse['padding_share']:.0%} of "
+                     "the tokens.")
     for r in record["results"]:
         profile = r.get("profile", {})
         if "kernels_per_step" in profile:

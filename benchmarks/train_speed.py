@@ -137,7 +137,8 @@ def main(argv=None):
         *[f"| {name} | {format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} | "
           f"{spread(r['cpu'] for r in runs)['median'] / floor:.2f} |" for name, runs in timings.items()],
         "",
-        f"Ratio sentence-transformers / csekit, per round: wall **{wall_ratio}**, CPU {cpu_ratio} ({args.rounds} rounds).",
+        f"Ratio sentence-transformers / csekit, per round: wall **{wall_ratio}**, CPU {cpu_ratio} "
+        f"({args.rounds} rounds).",
         f"Floor: {flops / 1e12:.3f} TFLOP per step / {rate / 1e9:.0f} GFLOP per CPU-second (one 1024^3 float32 "
         f"matmul, {torch.get_num_threads()} threads) = {floor:.2f} CPU s/step.",
     ]
@@ -145,7 +146,8 @@ def main(argv=None):
     if args.output:
         write_outputs(args.output, "train_speed", {
             "command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
-            "warmup": args.warmup, "seconds_per_step": {name: [r["wall"] for r in runs] for name, runs in timings.items()},
+            "warmup": args.warmup,
+            "seconds_per_step": {name: [r["wall"] for r in runs] for name, runs in timings.items()},
             "cpu_seconds_per_step": {name: [r["cpu"] for r in runs] for name, runs in timings.items()},
             "step_tflop": flops / 1e12, "matmul_gflops": rate / 1e9, "floor_seconds_per_step": floor,
         }, "\n".join(lines) + "\n")

@@ -44,7 +44,8 @@ def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, mini
         assert r["achieved_tflops"] == pytest.approx(r["tflop_per_step"] / seconds)
         assert r["mfu"] == pytest.approx(r["achieved_tflops"] / 1.0)
         assert r["step_time_vs_simcse"] == pytest.approx(seconds / results["SimCSE"]["seconds_per_step"])
-        assert (tmp_path / f"profile_{r['method'] if r['method'] != 'st' else 'sentence_transformers_mnrl'}.txt").is_file()
+        slug = "sentence_transformers_mnrl" if r["method"] == "st" else r["method"]
+        assert (tmp_path / f"profile_{slug}.txt").is_file()
     simcse = results["SimCSE"]
     # the formula 6ND + 12LHTD counts the two views: it must agree with the FLOPs torch counts on the real step
     assert simcse["formula_tflop_per_step"] == pytest.approx(simcse["counted_tflop_per_step"], rel=0.02)
