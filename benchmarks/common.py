@@ -17,8 +17,7 @@ DATASHEET_BF16_TFLOPS = (
     ("H100 PCIe", 756.0),
     ("H100 NVL", 835.0),
     ("H100", 989.4),  # SXM5; torch names it "NVIDIA H100 80GB HBM3"
-    ("H200", 989.4),
-    ("GH200", 989.4),
+    ("H200", 989.4),  # also GH200
     ("A100", 312.0),
     ("L40S", 362.1),
     ("L4", 121.0),
@@ -143,7 +142,7 @@ def datasheet_peak_tflops(device: torch.device) -> Optional[float]:
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, size: Optional[int] = None, repeats: int = 10,
                   clock: Callable[[], float] = time.perf_counter) -> float:
-    """Measured rate of one large square matmul on random data (METHOD.md: the ceiling as the library reaches it).
+    """Measured rate of one large square matmul on random data: the ceiling as the installed library reaches it.
 
     ``clock=time.process_time`` gives the rate per CPU-second of this process (all its threads), which a busy machine
     does not dilute the way it dilutes wall time.
