@@ -23,7 +23,8 @@ SUITES = ("sts", "transfer", "clustering", "geometry")
 
 
 def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, clustering_max_examples=None,
-                     clustering_runs: int = 10, sts_tasks: Optional[Sequence[str]] = None) -> list:
+                     clustering_runs: int = 10, sts_tasks: Optional[Sequence[str]] = None,
+                     transfer_protocol: str = "senteval") -> list:
     """``(suite, name, score(embed))`` per dataset: each unit embeds one dataset, so target-fitted post-processing and
     idf^T see exactly that dataset's texts (one STS task, one transfer task, one clustering dataset)."""
     unknown = [suite for suite in suites if suite not in SUITES]
@@ -39,7 +40,7 @@ def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, c
                 evaluator = STSEvaluator(data_dir, [task])
                 units.append((suite, task, lambda embed, e=evaluator, t=task: e(embed)[t]))
         elif suite == "transfer":
-            evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train)
+            evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train, protocol=transfer_protocol)
             units += [(suite, n, lambda embed, e=evaluator, n=n: e.evaluate_task(n, embed)) for n in evaluator.tasks]
         elif suite == "clustering":
             evaluator = ClusteringEvaluator(data_dir, max_examples=clustering_max_examples, runs=clustering_runs)

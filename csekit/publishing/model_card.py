@@ -128,7 +128,10 @@ def other_result_rows(record: dict) -> list:
 
 
 def build_card_data(title: str, config, record: dict, arguments: Optional[dict], license: str) -> ModelCardData:
+    """The card's metadata; tasks the record marks ``contaminated`` (training data overlapped their test set) are
+    left out of the model-index, which would otherwise publish them as test results."""
     method = config.model_type.removeprefix("csekit-")
+    contaminated = record.get("contaminated", {})
     eval_results = [
         EvalResult(
             task_type="sentence-similarity", task_name="Semantic Textual Similarity",
@@ -136,8 +139,8 @@ def build_card_data(title: str, config, record: dict, arguments: Optional[dict],
             metric_type="spearman", metric_name="Spearman correlation of cosine similarity (x100)",
             metric_value=record["sts"][task],
         )
-        for task in STS_TASKS
-    ]
+        for task in STS_TASKS if task not in contaminated
+    ] or None
     return ModelCardData(
         model_name=title, library_name="transformers", pipeline_tag="feature-extraction", license=license,
         tags=["csekit", method, "sentence-embeddings", "sentence-similarity", "custom_code"],
@@ -182,6 +185,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         sts_columns=STS_COLUMNS,
         sts=record["sts"],
         base_sts=record.get("base_sts"),
+        contaminated=record.get("contaminated", {}),
         other_results=other_result_rows(record),
         figure=FIGURE_FILE if (folder / FIGURE_FILE).is_file() else None,
         comparison=comparison.read_text().strip() if comparison.is_file() else None,
