@@ -70,15 +70,66 @@ def test_import_csekit_registers_models_and_is_lean():
     assert "sklearn" not in loaded and "matplotlib" not in loaded
 
 
+def third_party_imports() -> list:
+    """``(module, names)`` for every non-csekit import in csekit's modules (``from module import names``)."""
+    found = {}
+    for path in csekit_modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    found.setdefault(alias.name, set())
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module != "__future__":
+                found.setdefault(node.module, set()).update(alias.name for alias in node.names)
+    return sorted((module, sorted(names)) for module, names in found.items() if module.split(".")[0] != "csekit")
+
+
+# the global state a library must leave as it found it; read before and after importing csekit's modules
+GLOBAL_STATE = """
+def global_state():
+    import logging, os, random, warnings
+    import matplotlib, numpy, torch, transformers
+    root = logging.getLogger()
+    return {
+        "matplotlib backend": matplotlib.rcParams._get_backend_or_none(),
+        "root logger": (root.level, [type(handler).__name__ for handler in root.handlers]),
+        "transformers verbosity": transformers.logging.get_verbosity(),
+        "environment": sorted(os.environ.items()),
+        "warning filters": [repr(f) for f in warnings.filters],
+        "torch threads": torch.get_num_threads(),
+        "torch default dtype": str(torch.get_default_dtype()),
+        "float32 matmul precision": torch.get_float32_matmul_precision(),
+        "grad enabled": torch.is_grad_enabled(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "torch random state": torch.random.get_rng_state().tolist(),
+        "numpy random state": str(numpy.random.get_state()),
+        "python random state": random.getstate(),
+    }
+"""
+
+
 def test_importing_every_module_has_no_global_side_effect():
+    """Importing csekit changes no process-wide setting (logging, environment, warnings, torch/numpy/random state,
+    matplotlib's backend). The third-party modules csekit imports are imported first: their own effects are not
+    csekit's."""
     names = [name for name in csekit_modules() if not name.startswith("csekit.recipes.") and name != "csekit.__main__"]
-    code = (
-        "import importlib, matplotlib\n"
-        "before = matplotlib.rcParams._get_backend_or_none()\n"
+    code = GLOBAL_STATE + (
+        "import importlib\n"
+        f"for module, names in {third_party_imports()!r}:\n"
+        "    try:\n"
+        "        imported = importlib.import_module(module)\n"
+        "        for name in names:\n"
+        "            getattr(imported, name, None)\n"  # resolves lazy attributes (transformers' lazy modules)
+        "    except ImportError:\n"  # an optional extra that is not installed
+        "        pass\n"
+        "import torch\n"
+        "torch.set_num_threads(3)\n"  # not a value a module would pick (the suite runs with OMP_NUM_THREADS=1)
+        "before = global_state()\n"
         f"for name in {names!r}:\n"
         "    importlib.import_module(name)\n"
-        "after = matplotlib.rcParams._get_backend_or_none()\n"
-        "assert before == after, (before, after)\n"
+        "after = global_state()\n"
+        "changed = [key for key in before if before[key] != after[key]]\n"
+        "assert not changed, [(key, before[key], after[key]) if key != 'environment' else\n"
+        "                     (key, sorted(set(after[key]) ^ set(before[key]))) for key in changed]\n"
         "import matplotlib.pyplot\n"  # pyplot can still pick the user's backend
         "print('ok')\n"
     )
