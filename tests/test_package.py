@@ -6,6 +6,7 @@ import ast
 import configparser
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -261,9 +262,18 @@ def test_shipped_configs_are_found_by_name(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ the wheel
 def test_built_wheel_works_outside_the_checkout(tmp_path, saved_tiny_model):
+    # built from a copy of the sources: setuptools reuses the checkout's build/ folder, where a file dropped from
+    # package_data lingers from an earlier build and the wheel would still ship it
+    source = tmp_path / "source"
+    for name in ("setup.cfg", "pyproject.toml", "README.md", *PACKAGE_DIRS.values()):
+        if (REPO_ROOT / name).is_dir():
+            shutil.copytree(REPO_ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            source.mkdir(exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, source / name)
     wheels = tmp_path / "wheels"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                            "--wheel-dir", str(wheels), str(REPO_ROOT)], capture_output=True, text=True, timeout=600)
+                            "--wheel-dir", str(wheels), str(source)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("csekit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -272,6 +282,11 @@ def test_built_wheel_works_outside_the_checkout(tmp_path, saved_tiny_model):
                    "csekit/model_cards/simcse.md", "csekit/model_cards/generic.md", "csekit/evaluation/sts.py",
                    "csekit/extraction/grid.py", "csekit/publishing/csekit_st.py"):
         assert needed in names, needed
+    # every data file of the checkout's packages (card templates, shipped configs), not only the ones named above
+    data_files = [f"csekit/{path.relative_to(REPO_ROOT).as_posix()}" for pattern in ("model_cards/*.md",
+                  "recipes/configs/**/*.yaml") for path in sorted(REPO_ROOT.glob(pattern))]
+    missing = [name for name in data_files if name not in names]
+    assert data_files and missing == [], missing
     top_level = {name.split("/")[0] for name in names if not name.startswith("csekit-")}
     assert top_level == {"csekit"}, top_level  # no top-level modeling/ or trainers/
     (tmp_path / "names.txt").write_text("\n".join(names))
