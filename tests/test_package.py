@@ -221,6 +221,8 @@ def test_built_wheel_works_outside_the_checkout(tmp_path, saved_tiny_model):
                    "csekit/model_cards/simcse.md", "csekit/model_cards/generic.md", "csekit/evaluation/sts.py",
                    "csekit/extraction/grid.py", "csekit/publishing/csekit_st.py"):
         assert needed in names, needed
+    from csekit.trainers.recipe import shipped_configs  # every shipped YAML, paper/ included
+    assert {f"csekit/recipes/configs/{name}.yaml" for name in shipped_configs()} <= set(names)
     top_level = {name.split("/")[0] for name in names if not name.startswith("csekit-")}
     assert top_level == {"csekit"}, top_level  # no top-level modeling/ or trainers/
     (tmp_path / "names.txt").write_text("\n".join(names))
