@@ -28,6 +28,7 @@ BASE_HIDDEN = 768  # bert-base / roberta-base
 TINY_HIDDEN, TINY_LAYERS = 32, 12
 WIKI = "wiki/wiki1m_for_simcse.txt"
 NLI = "nli/nli_for_simcse.csv"
+SBERT = "sentence-transformers/bert-base-nli-mean-tokens"  # Table 3 caption: SBERT-base, NLI-trained, mean pooling
 
 # SimCSE: run_unsup_example.sh + the README "Hyperparameters" table (princeton-nlp/SimCSE); scores: SimCSE Table 5,
 # reprinted in WhitenedCSE Table 1 and CMLM-CSE Table 1.
@@ -57,7 +58,7 @@ PAPER = {  # name: (recipe, the paper's score, its hyper-parameters)
     "cmlm_cse_bert_base": ("cmlm_cse", "76.80", dict(SIMCSE_BERT, **CMLM)),
     "cmlm_cse_roberta_base": ("cmlm_cse", "76.87", dict(SIMCSE_ROBERTA, **CMLM)),
     "clsr_bert_base": ("clsr", "66.61", dict(CLSR, model_name_or_path="bert-base-uncased")),
-    "clsr_sbert_base": ("clsr", "73.11", dict(CLSR, model_name_or_path="sentence-transformers/bert-base-nli-mean-tokens")),
+    "clsr_sbert_base": ("clsr", "73.11", dict(CLSR, model_name_or_path=SBERT)),
 }
 
 
@@ -102,7 +103,7 @@ def save_tiny(folder, model_name: str, tokenizer):
     build = {
         "bert-base-uncased": lambda: BertForMaskedLM(tiny_bert_config(**size)),
         "roberta-base": lambda: RobertaForMaskedLM(tiny_roberta_config(**{**size, "max_position_embeddings": 514})),
-        "sentence-transformers/bert-base-nli-mean-tokens": lambda: BertModel(tiny_bert_config(**size)),
+        SBERT: lambda: BertModel(tiny_bert_config(**size)),
     }[model_name]
     build().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
