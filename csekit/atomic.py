@@ -12,6 +12,7 @@ nothing) plus at most a hidden ``.<name>.*.tmp`` sibling, never a truncated dest
 """
 
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
@@ -23,6 +24,14 @@ from .errors import DataError
 
 # where a folder's new top-level files are built before commit_files moves them in (hidden; never published)
 STAGING = ".csekit-staging"
+# the top-level files a saved model folder is made of (weights and shards, config and code files, tokenizer files,
+# arguments, scores, card and figure): a commit removes old ones the new set lacks, and nothing else (a log, a
+# user's notes or another process's file in the same folder stay)
+MODEL_FOLDER_FILES = (
+    "*.safetensors", "*.safetensors.index.json", "*.py", "tokenizer*", "special_tokens_map.json", "added_tokens.json",
+    "vocab.*", "merges.txt", "*.model", "chat_template*", "generation_config.json", "training_args.*",
+    "eval_results.json", "README.md", "comparison.md", "*.png",
+)
 
 
 def write_bytes(path, data: bytes) -> Path:
@@ -92,7 +101,7 @@ def staged_folder(destination, replace: bool = False) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def commit_files(staging, destination, marker: str = "config.json") -> Path:
+def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_FOLDER_FILES) -> Path:
     """Make the entries of ``staging`` the top-level files of ``destination``, with ``marker`` as the commit record.
 
     A folder that also holds other things (a training output folder keeps its ``checkpoint-*`` sub-folders) cannot
@@ -101,8 +110,9 @@ def commit_files(staging, destination, marker: str = "config.json") -> Path:
 
     1. the old ``marker`` goes: from here on the folder is not a model (every csekit command and ``from_pretrained``
        refuse a folder without ``config.json``);
-    2. each new entry but ``marker`` replaces its old namesake; old top-level files that the new set lacks (a stale
-       card, figure or weight shard) are removed; sub-folders that ``staging`` lacks stay;
+    2. each new entry but ``marker`` replaces its old namesake; old top-level files that the new set lacks and that
+       match ``owned`` (a stale card, figure or weight shard) are removed; other files and the sub-folders that
+       ``staging`` lacks stay;
     3. the new ``marker`` arrives last: the folder is the new model, whole.
 
     A process killed at any point leaves the old model (before 1), no model (between 1 and 3) or the new one, and
@@ -127,7 +137,8 @@ def commit_files(staging, destination, marker: str = "config.json") -> Path:
         os.replace(path, target)
     new = {path.name for path in entries}
     for path in sorted(destination.iterdir()):
-        if path.is_file() and path.name not in new and path.name != marker and not path.name.startswith("."):
+        stale = path.name not in new and path.name != marker and not path.name.startswith(".")
+        if path.is_file() and stale and any(fnmatch.fnmatch(path.name, pattern) for pattern in owned):
             os.remove(path)
     os.replace(staging / marker, destination / marker)
     shutil.rmtree(staging, ignore_errors=True)

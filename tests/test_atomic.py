@@ -97,6 +97,19 @@ def test_commit_files_refuses_a_staging_folder_without_its_marker(tmp_path):
     assert files(destination) == old
 
 
+def test_commit_files_removes_stale_model_files_only(tmp_path):
+    """A stale weight shard or card goes; a file that is no part of a model folder (a log, another process's record
+    written while the main process saves) stays."""
+    destination = tmp_path / "out"
+    make_folder(destination, {**OLD, "model-00002-of-00002.safetensors": b"stale shard", "train.log": b"mine",
+                              "record_rank1.json": b"{}"})
+    new = make_folder(destination / STAGING, NEW)
+    commit_files(destination / STAGING, destination)
+    now = files(destination)
+    assert {name: now[name] for name in new} == new
+    assert set(now) == {*NEW, "train.log", "record_rank1.json"} and (destination / "train.log").read_bytes() == b"mine"
+
+
 def replace_folder(destination):
     with staged_folder(destination, replace=True) as staging:
         make_folder(staging, NEW)
