@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -35,10 +34,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from ..atomic import write_bytes
 from ..data import read_reference_corpus, resolve_data_file
 from ..errors import DataError
 from ..fingerprint import combine, data_fingerprint, module_fingerprint, tensor_digest, tokenizer_fingerprint
@@ -203,22 +203,14 @@ BATCH_FIELDS = ("rows", "input_ids", "attention_mask", "states")
 
 def save_encoded(path: Path, encoded: EncodedTexts, key: str) -> None:
     """One safetensors file (tensors ``<batch>.<field>``, metadata: format, key, counts, sha256 of every tensor),
-    written to a temporary sibling and renamed into place, so a crash never leaves a half-written entry."""
+    written atomically (:mod:`csekit.atomic`), so a crash never leaves a half-written entry."""
     tensors = {
         f"{index}.{name}": tensor.contiguous()
         for index, batch in enumerate(encoded.batches) for name, tensor in zip(BATCH_FIELDS, batch)
     }
     metadata = {"format": CACHE_FORMAT, "key": key, "count": str(encoded.count), "batches": str(len(encoded.batches)),
                 "sha256": _checksum(tensors)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(handle)
-    try:
-        save_file(tensors, temporary, metadata=metadata)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
 
 
 def load_encoded(path: Path, key: str):
@@ -272,7 +264,8 @@ class HiddenStateCache:
     def path_for(self, key: dict) -> Optional[Path]:
         if self.directory is None:
             return None
-        return self.directory / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40] + ".safetensors")
+        name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
+        return self.directory / f"{name}.safetensors"
 
     def get(self, key: dict, compute: Callable[[], EncodedTexts]) -> EncodedTexts:
         if not self.enabled:
