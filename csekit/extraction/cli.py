@@ -64,9 +64,9 @@ def add_extract_parser(subparsers) -> None:
         "excluded, paper eq. 3); idf-w: idf of the reference corpus; idf-t: idf of the target dataset; no-biases: "
         "drop the 33 most frequent (reference corpus), punctuation and subword tokens; mask: mean of the template's "
         "[MASK] states (skipped for template none). With a template, its words and [MASK] are weighted like any "
-        "token: 1 under avg, 0 under idf-t (they occur in every templated text), their reference-corpus idf under "
-        "idf-w ([MASK], absent from it, gets the unseen-token idf log N), kept by no-biases unless frequent, "
-        "punctuation or subword ([MASK] is kept).",
+        "token: 1 under avg; under idf-t / idf-w their idf in the task's raw sentences / the reference corpus (idf "
+        "tables are never counted on templated texts; a token absent from the corpus, as [MASK] always is, gets the "
+        "unseen-token idf log N); no-biases drops them when frequent, punctuation or subword ([MASK] is kept).",
     )
     parser.add_argument(
         "--average-special-tokens", action="store_true",

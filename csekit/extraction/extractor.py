@@ -355,8 +355,9 @@ class Extractor:
         self._tables = {}
 
     def _table(self, kind: str, tokenizer, texts=None) -> torch.Tensor:
-        """Per-token-id weights. idf^W and bias tables depend only on the tokenizer and the (untemplated) reference
-        corpus, so they are computed once; idf^T depends on the target texts and is recomputed per dataset."""
+        """Per-token-id weights, counted on raw (untemplated) sentences. idf^W and bias tables depend only on the
+        tokenizer and the reference corpus, so they are computed once; idf^T depends on the fit set and is recomputed
+        per dataset."""
         key = (kind, tokenizer.name_or_path, len(tokenizer))
         if kind == "idf-t":
             token_ids = tokenize_ids(tokenizer, texts, self.max_length)
@@ -393,9 +394,7 @@ class Extractor:
         if setting.aggregation in ("idf-w", "no-biases"):
             table = self._table("idf-w" if setting.aggregation == "idf-w" else "biases", tokenizer)
         elif setting.aggregation == "idf-t":
-            # idf^T counts the texts as the model reads them: a template's tokens are in every text (idf 0)
-            filled = idf_texts if template is None else template.fill(idf_texts, tokenizer.mask_token or "")
-            table = self._table("idf-t", tokenizer, filled)
+            table = self._table("idf-t", tokenizer, idf_texts)  # raw sentences, as idf-w (template rule: idf.py)
         framing = framing_token_ids(tokenizer)
         output = None
         for rows, input_ids, attention_mask, states in encoded.batches:

@@ -12,24 +12,30 @@ pooler and sentence-transformers' mean pooling include them).
 * "-biases" (Jiang et al. 2022, PromptBERT; the paper's Section 3.3): drop the most frequent tokens, punctuation and
   subword-continuation tokens before averaging.
 
-Prompt templates (one rule, csekit's reading; the paper states none): a template's words and its ``[MASK]`` slots
-are tokens of the templated text and every aggregation weighs them exactly as it weighs a sentence token. The
-paper's hints: the plain average "of all tokens, including the ones from the prompt template, and also the [MASK]
-token" (Section 4.2), "using averaging instead of only the [MASK] token [means] token weighting can be also applied"
-(ibid.), and its idf^W classification drop for T0/T4 (Table 4: 73.1/67.1 against 80.5/79.9 with plain averaging),
-which a template weighted like Wikipedia words explains and a template weighted 0 does not. What the rule gives:
+Prompt templates (one rule, csekit's reading; the paper states none): an idf table belongs to a corpus's own
+sentences (idf^T: the target task's sentences, idf^W: the reference corpus; never templated), and every token of the
+templated text, a template's words and its ``[MASK]`` slots included, takes its weight from that table exactly as a
+sentence token does; a token the corpus never contains gets the unseen-token idf ``log N``, as any unseen token.
+What the rule gives:
 
 ==============  ========================================================================================
 ``avg``         template words and ``[MASK]`` weigh 1, like the sentence's tokens
-``idf-t``       idf over the task's texts *as the model reads them* (templated): the template's words and
-                ``[MASK]`` occur in every text, so ``df = N`` and their weight is 0
-``idf-w``       idf over the reference corpus as given (no template; one table per tokenizer): template words
-                get their Wikipedia idf, ``[MASK]`` (absent from WikiText) the idf of an unseen token,
-                ``log N``, as every unseen token does
+``idf-t``       template words get their idf in the task's sentences (``log N`` when no sentence has them),
+                ``[MASK]`` ``log N``
+``idf-w``       template words get their reference-corpus idf, ``[MASK]`` (absent from WikiText) ``log N``
 ``no-biases``   a template word is dropped when it is frequent, punctuation or a subword, like any token;
                 ``[MASK]`` is none of these and is kept
 ``mask``        the one aggregation that reads only the ``[MASK]`` positions
 ==============  ========================================================================================
+
+Why this reading. The paper averages "all tokens, including the ones from the prompt template, and also the [MASK]
+token" and notes that averaging, unlike the [MASK] state alone, lets "token weighting ... be also applied" (Section
+4.2): template tokens are weighted, not removed. Its Table 4 then shows T0/T4 classification collapsing under the row
+printed idf^W (73.1/67.1 against 80.5/79.9 for plain averaging) but not under idf^T (80.1/79.7): the template
+carried large weights there. Our RE reproduction (benchmarks/RESULTS.md) matches the row printed idf^W with the idf of
+the *task's* sentences to the printed digit on six STS tasks, so that collapse happened under the task idf, which
+can only give the template large weights if the idf was counted on the raw sentences (counted on templated texts,
+every template token occurs in every text and weighs 0). Both tables are therefore counted on raw sentences.
 
 All become ``(batch, seq_len)`` ``token_weights`` for :func:`csekit.modeling.pooling.masked_mean`.
 """
