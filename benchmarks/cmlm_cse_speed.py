@@ -70,7 +70,7 @@ def main(argv=None):
     methods = {
         "SimCSE": (simcse, SimCSETrainer, ContrastiveCollator(tokenizer, max_length=args.max_length)),
         "CMLM-CSE": (cmlm, CMLMCSETrainer,
-                     CMLMCSECollator(tokenizer, max_length=args.max_length, mask_rate=args.mask_rate)),
+                     CMLMCSECollator(tokenizer, max_length=args.max_length, config=cmlm.config)),
     }
     runners, times, inference = {}, {name: [] for name in methods}, {name: [] for name in methods}
     for name, (model, trainer_class, collator) in methods.items():

@@ -2,14 +2,13 @@
 
     python benchmarks/whitenedcse_ablation.py --preset table3 --seeds 42 \
         --output-root outputs/whitenedcse_ablation --table benchmarks/results/whitenedcse_table3.md \
-        -- --config recipes/configs/minilm_compare.yaml --group_size 192
+        -- --config recipes/configs/minilm_compare.yaml
 
-    python benchmarks/whitenedcse_ablation.py --grid whitening=group,shuffled_group --grid group_size=96,192 ...
+    python benchmarks/whitenedcse_ablation.py --grid whitening=group,shuffled_group --grid num_groups=96,192 ...
 
 ``--grid KEY=V1,V2`` (repeatable; the cells are the cartesian product) sets recipe flags per cell; ``--preset`` is a
-paper table: ``table3`` (whitening none/pca/zca/group/shuffled_group), ``table4`` (the paper's k = 32..384 x
-with/without shuffle; k is read as the number of groups, so ``--group_size hidden/k``; k that do not divide the
-hidden size are skipped; ``--grid group_size=...`` sweeps channel counts instead), ``table5`` (paper positive
+paper table: ``table3`` (whitening none/pca/zca/group/shuffled_group), ``table4`` (the paper's k = 32..384 groups x
+with/without shuffle, ``--num_groups k``; k that do not divide the hidden size are skipped), ``table5`` (paper positive
 number 2..5 = ``num_positives`` 1..4), ``loss`` (L1 vs L2). Flags after ``--`` are passed to every cell. Each cell trains under
 each seed into ``OUTPUT_ROOT/<cell>/seedS`` (skipped when its ``eval_results.json`` exists, so a grid resumes) via
 ``benchmarks/seeds.py``. The table reports the best STS-B dev Spearman (the selection metric, from the trainer
@@ -55,7 +54,7 @@ def best_dev(output_dir: Path) -> float:
 
 def hidden_size(recipe_args: list) -> int:
     """The backbone's hidden size (``--model_name_or_path`` flag, else the ``--config`` YAML, else the recipe default),
-    to skip table-4 group sizes that cannot divide it."""
+    to skip table-4 group counts that cannot divide it."""
     import yaml
     from transformers import AutoConfig
 
@@ -86,16 +85,12 @@ def main(argv=None):
         parser.error("give --preset or at least one --grid KEY=V1,V2")
     keys = list(grid)
     cells = [dict(zip(keys, values)) for values in itertools.product(*grid.values())]
-    if "group_size" in grid or "num_groups" in grid:
+    if "num_groups" in grid:
         hidden = hidden_size(recipe_args)
-        key = "group_size" if "group_size" in grid else "num_groups"
-        skipped = sorted({cell[key] for cell in cells if hidden % int(cell[key])}, key=int)
+        skipped = sorted({cell["num_groups"] for cell in cells if hidden % int(cell["num_groups"])}, key=int)
         if skipped:
-            print(f"skipping {key} {', '.join(skipped)}: they do not divide the hidden size {hidden}")
-        cells = [cell for cell in cells if not hidden % int(cell[key])]
-        if key == "num_groups":  # the paper's k: a count of groups, passed to the recipe as channels per group
-            cells = [{**{k: v for k, v in cell.items() if k != "num_groups"},
-                      "group_size": str(hidden // int(cell["num_groups"]))} for cell in cells]
+            print(f"skipping num_groups {', '.join(skipped)}: they do not divide the hidden size {hidden}")
+        cells = [cell for cell in cells if not hidden % int(cell["num_groups"])]
 
     rows = []
     for cell in cells:

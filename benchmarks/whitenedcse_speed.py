@@ -1,7 +1,7 @@
 """Training step time of WhitenedCSE vs SimCSE at the same backbone, batch and length, measured in one process.
 
     python benchmarks/whitenedcse_speed.py [--model all-MiniLM-L6-v2] [--pooler avg]
-        [--batch-size 64] [--max-length 32] [--steps 8] [--warmup 2] [--group-size 192] [--num-positives 2]
+        [--batch-size 64] [--max-length 32] [--steps 8] [--warmup 2] [--num-groups K] [--num-positives 2]
         [--positive-source sgw] [--output benchmarks/results/whitenedcse_speed.md]
 
 One step = forward + loss + backward + AdamW update, on the same tokenized wiki batches for both methods. The two
@@ -36,7 +36,7 @@ def simcse_loss(model, batch):
 def whitenedcse_loss(model, batch):
     embeddings = model(**batch).embeddings
     terms = multi_positive_info_nce_terms(embeddings[:, 0], embeddings[:, 1:], temperature=model.config.temperature)
-    return multi_positive_l1_loss(terms, model.config.positive_weight)
+    return multi_positive_l1_loss(terms, model.config.positive_weights)
 
 
 def timed_step(model, optimizer, loss_fn, batch) -> tuple:
@@ -57,7 +57,8 @@ def main(argv=None):
     parser.add_argument("--max-length", type=int, default=32, help="Truncation length.")
     parser.add_argument("--steps", type=int, default=8, help="Timed steps per method (after warm-up).")
     parser.add_argument("--warmup", type=int, default=2, help="Untimed steps per method first.")
-    parser.add_argument("--group-size", type=int, default=192, help="WhitenedCSE group size.")
+    parser.add_argument("--num-groups", type=int, default=None,
+                        help="WhitenedCSE whitening groups k (default: the config's paper rule for the backbone).")
     parser.add_argument("--num-positives", type=int, default=2, help="WhitenedCSE positives per anchor.")
     parser.add_argument("--positive-source", default="sgw", help="sgw or dropout (see WhitenedCSEConfig).")
     parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.head11914.txt", help="Sentences to batch.")
@@ -81,7 +82,7 @@ def main(argv=None):
 
     simcse = SimCSEModel.from_encoder(path, pooler_type=args.pooler).train()
     whitened = WhitenedCSEModel.from_encoder(
-        path, pooler_type=args.pooler, group_size=args.group_size, num_positives=args.num_positives,
+        path, pooler_type=args.pooler, num_groups=args.num_groups, num_positives=args.num_positives,
         positive_source=args.positive_source,
     ).train()
     runs = {
@@ -118,7 +119,7 @@ def main(argv=None):
         f"Command: `python benchmarks/whitenedcse_speed.py {shlex.join(sys.argv[1:] if argv is None else argv)}`",
         f"({args.model}, pooler {args.pooler}, batch {args.batch_size}, max length {args.max_length}, "
         f"{args.steps} interleaved steps after {args.warmup} warm-up, torch threads {torch.get_num_threads()}; "
-        f"WhitenedCSE group size {args.group_size}, {args.num_positives} positives, positives from "
+        f"WhitenedCSE {whitened.config.num_groups} groups, {args.num_positives} positives, positives from "
         f"{args.positive_source})",
         "",
         "| method | median step s (wall) | min s | max s | median step s (process CPU) |",

@@ -27,8 +27,9 @@ RESULTS_FILE = "eval_results.json"
 ARGUMENTS_FILE = "training_args.json"
 EMBEDDED_MODELS = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
-# what from_pretrained, the tokenizer and the sentence-transformers layout need (fnmatch: '*' also matches '/')
-METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "tokenizer*"]
+# what from_pretrained, the tokenizer, the sentence-transformers layout and a csekit card need (fnmatch: '*' also
+# matches '/'): configs, tokenizer files, eval_results.json / training_args.json, the card's figure
+METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "tokenizer*", "alignment_uniformity.png"]
 SAFETENSORS_PATTERNS = ["*.safetensors", "*.safetensors.index.json"]
 PICKLE_WEIGHT_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
 
@@ -46,10 +47,11 @@ def has_weights(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
 
 
-def hub_snapshot(repo_id: str) -> str:
+def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     """The local snapshot folder of Hub model ``repo_id``, downloaded into the Hugging Face cache if needed.
 
-    Raises :class:`DataError` with one line when the id is unknown, gated, or not cached while offline.
+    Raises :class:`DataError` with one line when the id is unknown, gated, or not cached while offline, and when the
+    snapshot lacks ``config.json`` or (``require_weights``) weights, which is what an interrupted download leaves.
     """
     offline = constants.is_offline_mode()
     try:
@@ -68,20 +70,23 @@ def hub_snapshot(repo_id: str) -> str:
     except RepositoryNotFoundError:
         raise DataError(f"{repo_id}: no such model on the Hugging Face Hub (a private one needs `hf auth login` "
                         "or HF_TOKEN)") from None
-    if not has_weights(Path(folder)):
-        raise DataError(f"{repo_id}: the Hub repository has no PyTorch weights (*.safetensors)")
+    missing = [name for name, present in (("config.json", (Path(folder) / "config.json").is_file()),
+                                           ("weights", has_weights(Path(folder)) or not require_weights)) if not present]
+    if missing:
+        where = "the local cache holds an incomplete copy" if offline else "the Hub repository has none"
+        raise DataError(f"{repo_id}: no {' and no '.join(missing)} ({where}; PyTorch *.safetensors weights are needed)")
     return folder
 
 
-def resolve_model_path(name_or_path: str) -> str:
+def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
     """A local folder for ``name_or_path``: a model folder, the embedded MiniLM, or a Hub id (see module docstring).
 
-    Raises :class:`DataError` for a folder without weights or without ``config.json``, and for a path that is not a
-    folder.
+    Raises :class:`DataError` for a folder without ``config.json`` or (``require_weights``) without weights, and for
+    a path that is not a folder.
     """
     folder = Path(name_or_path).expanduser()
     if folder.is_dir():
-        if not has_weights(folder):
+        if require_weights and not has_weights(folder):
             raise DataError(f"{name_or_path}: model folder has no weights (*.safetensors)")
         if not (folder / "config.json").is_file():
             raise DataError(f"{name_or_path}: model folder has weights but no config.json")
@@ -90,7 +95,8 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(embedded_minilm_path())
     if folder.exists() or name_or_path.startswith((".", "/", "~")) or not HUB_ID.fullmatch(name_or_path):
         raise DataError(f"{name_or_path}: not a model folder (nor a Hub id such as org/name)")
-    return hub_snapshot("sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path)
+    repo_id = "sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path
+    return hub_snapshot(repo_id, require_weights)
 
 
 def resolve_device(name: Optional[str] = None) -> torch.device:

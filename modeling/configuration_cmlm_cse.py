@@ -5,7 +5,7 @@ from huggingface_hub.dataclasses import strict
 
 from .configuration_simcse import SimCSEConfig
 
-FUSION_INITS = ("top_layers", "random")
+FUSION_INITS = ("next_layers", "top_layers", "random")
 
 
 @strict
@@ -20,11 +20,20 @@ class CMLMCSEConfig(SimCSEConfig):
         extractor_layers: transformer blocks of the frozen lexical feature extractor (the first blocks of the
             *pretrained* encoder, with its embeddings); ``1 <= extractor_layers < num_hidden_layers``.
         fusion_layers: transformer blocks of the semantic feature fusioner (>= 1).
-        fusion_init: ``"top_layers"`` copies the pretrained encoder's top ``fusion_layers`` blocks (needs
-            ``fusion_layers <= num_hidden_layers``), ``"random"`` initialises them like fresh BERT blocks. The paper
-            does not say; ``top_layers`` is the default because a pretrained fusioner makes the conditional MLM a
-            meaningful task from step 0, while a random one first sends noise into the sentence embedding.
-        mask_rate: share of (non-special) tokens masked for the MLM side, with BERT's 80/10/10 replacement.
+        fusion_init: where the fusioner's blocks start. ``"next_layers"`` (default) copies the pretrained blocks
+            right after the extractor's, ``extractor_layers .. extractor_layers + fusion_layers - 1`` (needs
+            ``extractor_layers + fusion_layers <= num_hidden_layers``); ``"top_layers"`` copies the top
+            ``fusion_layers`` blocks; ``"random"`` initialises them like fresh blocks. The paper does not say (and
+            no code was released). ``next_layers`` is the default because every cell of the paper's Table 6 keeps
+            extractor + fusioner within BERT-base's 12 blocks (up to 8 + 4), the limit of this reading and of no
+            other; extractor, fusioner and the pretrained MLM head are then the pretrained masked LM cut after
+            block K + F (with K + F = all layers, exactly the pretrained ``*ForMaskedLM``), so the conditional MLM
+            starts from a working masked LM. With K + F = the encoder's layers, ``next_layers`` and ``top_layers``
+            are the same blocks.
+        mask_rate: share of (non-special) tokens of the MLM input selected for prediction, with BERT's 80/10/10
+            replacement (of the selected tokens 0.8 become ``[MASK]``, 0.1 a random token, 0.1 stay). The paper's
+            headline uses 0.15 (Table 4 scans 0.15-0.45). The one source of the rate: the training collator reads
+            it from this config.
         mlm_weight: lambda in ``L = contrastive_weight * L_contrast + lambda * L_MLM`` (0 = without MLM loss).
         contrastive_weight: weight of the contrastive loss (1 normally; 0 = the paper's "w/o contrastive loss").
     """
@@ -33,7 +42,7 @@ class CMLMCSEConfig(SimCSEConfig):
 
     extractor_layers: int = 8
     fusion_layers: int = 3
-    fusion_init: str = "top_layers"
+    fusion_init: str = "next_layers"
     mask_rate: float = 0.15
     mlm_weight: float = 0.005
     contrastive_weight: float = 1.0
@@ -49,10 +58,12 @@ class CMLMCSEConfig(SimCSEConfig):
             raise ValueError(f"fusion_layers must be >= 1, got {self.fusion_layers}")
         if self.fusion_init not in FUSION_INITS:
             raise ValueError(f"fusion_init must be one of {', '.join(FUSION_INITS)}, got {self.fusion_init!r}")
-        if self.fusion_init == "top_layers" and self.fusion_layers > layers:
+        needed = {"next_layers": self.extractor_layers + self.fusion_layers, "top_layers": self.fusion_layers}
+        if needed.get(self.fusion_init, 0) > layers:
             raise ValueError(
-                f"fusion_layers={self.fusion_layers} with fusion_init='top_layers' needs that many encoder layers, "
-                f"but the encoder has {layers}; use fewer fusion layers or fusion_init='random'"
+                f"extractor_layers={self.extractor_layers}, fusion_layers={self.fusion_layers} with "
+                f"fusion_init={self.fusion_init!r} needs {needed[self.fusion_init]} pretrained blocks, but the encoder "
+                f"has {layers}; use fewer layers, or fusion_init='top_layers'/'random'"
             )
 
     def validate_loss_weights(self):

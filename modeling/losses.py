@@ -7,8 +7,7 @@ batch B compute exactly the gradient of one process with the concatenated batch 
 ``tests/test_distributed.py``).
 """
 
-import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -21,6 +20,22 @@ def distributed_rank_and_world() -> tuple:
     return 0, 1
 
 
+class _ContiguousGradient(torch.autograd.Function):
+    """Identity whose backward hands on a contiguous gradient.
+
+    ``torch.distributed.nn.functional.all_gather``'s backward on gloo scatters into ``empty_like`` buffers of the
+    incoming gradients; for a strided (e.g. transposed) gradient the bytes land in the wrong elements (torch 2.13).
+    """
+
+    @staticmethod
+    def forward(ctx, tensor):
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
     """Concatenate ``tensor`` from every process along dim 0, keeping gradients (identity on one process)."""
     _, world = distributed_rank_and_world()
@@ -28,7 +43,7 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     from torch.distributed.nn.functional import all_gather
 
-    return torch.cat(all_gather(tensor.contiguous()), dim=0)
+    return _ContiguousGradient.apply(torch.cat(all_gather(tensor.contiguous()), dim=0))
 
 
 def cosine_logits(anchors: torch.Tensor, candidates: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -150,19 +165,33 @@ def multi_positive_info_nce_terms(
     return terms.reshape(num_positives, batch).T
 
 
-def multi_positive_l1_loss(terms: torch.Tensor, positive_weight: float = 1.0) -> torch.Tensor:
-    r"""WhitenedCSE eq. 7 ("L1"): :math:`\lambda_m \sum_p \ell_{i,p}`, averaged over anchors. ``terms``: ``(B, m)``."""
-    return positive_weight * terms.sum(dim=1).mean()
+def multi_positive_l1_loss(terms: torch.Tensor, positive_weights: Optional[Sequence[float]] = None) -> torch.Tensor:
+    r"""WhitenedCSE eq. 7 ("L1"): :math:`\sum_p \lambda_p \ell_{i,p}`, averaged over anchors.
+
+    ``terms``: ``(B, m)``; ``positive_weights``: the ``m`` weights ``λ_p`` (default all 1, a plain sum).
+    """
+    return (terms * _positive_weights(terms, positive_weights)).sum(dim=1).mean()
 
 
-def multi_positive_l2_loss(terms: torch.Tensor, positive_weight: float = 1.0) -> torch.Tensor:
+def multi_positive_l2_loss(terms: torch.Tensor, positive_weights: Optional[Sequence[float]] = None) -> torch.Tensor:
     r"""WhitenedCSE eq. 8 ("L2"), sum inside the log with the paper's negative sign on the positive similarity:
 
-    .. math:: \log \sum_p \lambda_m\, e^{-\cos(h_i, h_{i,p}^+)/\tau} \sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}
-              = \log \sum_p \lambda_m\, e^{\ell_{i,p}}
+    .. math:: \log \sum_p \lambda_p\, e^{-\cos(h_i, h_{i,p}^+)/\tau} \sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}
+              = \log \sum_p \lambda_p\, e^{\ell_{i,p}}
 
     averaged over anchors: a soft maximum of the per-positive losses, dominated by the least similar positive.
     (Eq. 8 as printed divides by the candidate sum and negates the log, which rewards pushing positives apart.)
-    ``terms``: ``(B, m)``.
+    ``terms``: ``(B, m)``; ``positive_weights``: the ``m`` weights ``λ_p`` (default all 1).
     """
-    return (torch.logsumexp(terms, dim=1) + math.log(positive_weight)).mean()
+    return torch.logsumexp(terms + _positive_weights(terms, positive_weights).log(), dim=1).mean()
+
+
+def _positive_weights(terms: torch.Tensor, positive_weights: Optional[Sequence[float]]) -> torch.Tensor:
+    """``(m,)`` weights ``λ_p`` in the dtype of ``terms`` (all 1 when not given)."""
+    if positive_weights is None:
+        return terms.new_ones(terms.shape[1])
+    weights = terms.new_tensor(positive_weights)
+    if weights.shape != (terms.shape[1],):
+        raise ValueError(f"positive_weights needs one weight per positive ({terms.shape[1]}), got "
+                         f"{list(positive_weights)}")
+    return weights

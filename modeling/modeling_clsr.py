@@ -22,24 +22,28 @@ from .modeling_encoder import SentenceEncoderPreTrainedModel
 
 
 class CLSRMLPEncoder(nn.Module):
-    """The paper's encoder ``e``: ``Linear(hidden, mlp_hidden) -> ReLU -> Linear(mlp_hidden, representation)``.
+    """The paper's encoder ``e``: ``Linear(hidden, mlp_hidden) -> ReLU -> Linear(mlp_hidden, representation)``, and
+    with ``output_activation`` one more ReLU on the output.
 
-    The paper's "MLP with 1 hidden layer and ReLU nonlinearity" is read as SimCLR's MLP (ReLU between the two
-    linear layers); a ReLU after the last layer would make every embedding non-negative, which cosine similarity
-    punishes.
+    The paper's "MLP with 1 hidden layer and ReLU nonlinearity on the output" has two readings
+    (``CLSRConfig.encoder_layout``): SimCLR's MLP, whose ReLU is on the hidden layer's output (default), or the text
+    as written, a ReLU after the output layer too (``output_activation=True``), which makes every embedding
+    non-negative.
 
     Args:
         features: ``(n, hidden)`` pooled vectors. Returns ``(n, representation)``.
     """
 
-    def __init__(self, hidden_size: int, mlp_hidden_size: int, representation_size: int):
+    def __init__(self, hidden_size: int, mlp_hidden_size: int, representation_size: int,
+                 output_activation: bool = False):
         super().__init__()
         self.dense_in = nn.Linear(hidden_size, mlp_hidden_size)
         self.activation = nn.ReLU()
         self.dense_out = nn.Linear(mlp_hidden_size, representation_size)
+        self.output_activation = nn.ReLU() if output_activation else nn.Identity()
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.dense_out(self.activation(self.dense_in(features)))
+        return self.output_activation(self.dense_out(self.activation(self.dense_in(features))))
 
 
 class CLSRModel(SentenceEncoderPreTrainedModel):
@@ -54,7 +58,8 @@ class CLSRModel(SentenceEncoderPreTrainedModel):
     def __init__(self, config: CLSRConfig):
         super().__init__(config)
         self.mlp = CLSRMLPEncoder(
-            config.hidden_size, config.resolved_mlp_hidden_size, config.resolved_representation_size
+            config.hidden_size, config.resolved_mlp_hidden_size, config.resolved_representation_size,
+            output_activation=config.encoder_layout == "literal",
         )
         self.post_init()
         self._freeze_encoder()

@@ -4,8 +4,19 @@ Method. The sentence x goes twice through the encoder (two dropout views, InfoNC
 embedding h. In parallel x is masked (BERT's 80/10/10) into x' and read by a *frozen* lexical feature extractor, the
 pretrained embeddings + first ``extractor_layers`` blocks, giving token states h'. h replaces h'[:, 0] (the [CLS]
 slot), ``h'' = [h ; h'_{1:}]``, and a semantic feature fusioner (``fusion_layers`` transformer blocks) + an MLM head
-tied to the input word embeddings predicts the masked tokens. Because the extractor cannot learn, lowering the MLM
-loss needs h to carry what the lexical features lack. ``L = L_contrast + lambda * L_MLM`` (trainer).
+predicts the masked tokens. Because the extractor cannot learn, lowering the MLM loss needs h to carry what the
+lexical features lack. ``L = L_contrast + lambda * L_MLM`` (trainer).
+
+The MLM head, which the paper does not describe (no code was released), follows the SimCSE family the paper builds
+on ("the same settings as the unsupervised SimCSE": SimCSE's ``--do_mlm`` loads the pretrained
+``cls.predictions``):
+
+* its transform (dense + activation + LayerNorm) and output bias are the checkpoint's pretrained MLM head (BERT's
+  ``cls.predictions.*``, RoBERTa's ``lm_head.*``), read at :meth:`CMLMCSEForPreTraining.from_encoder`; a backbone
+  saved without one (the embedded MiniLM is a plain ``BertModel``) gets a fresh head, and the log says so;
+* its vocabulary projection is the *frozen extractor's* word-embedding matrix (the pretrained one, BERT's tying),
+  never the trained encoder's: L_MLM then reaches the encoder only through h, as the method intends. Tied to the
+  trained embeddings, L_MLM would update every vocabulary row directly (30,522 rows on BERT), bypassing h.
 
 Design: two classes over one config.
 
@@ -20,9 +31,7 @@ Design: two classes over one config.
 
 The extractor is copied from the encoder when the auxiliary network is built, i.e. from the *pretrained* weights
 (``from_encoder``); it stays in eval mode (no dropout) and runs under ``torch.no_grad``, so it is bit-identical for
-the whole run. The MLM head's output projection is the trained encoder's input word-embedding matrix (BERT's
-tying); its transform (dense + activation + LayerNorm) and output bias are new, because backbones saved as
-``BertModel`` (the embedded MiniLM) carry no MLM head.
+the whole run.
 
 Backbones: BERT-family encoders whose ``AutoModel`` has ``.embeddings`` and an ``.encoder.layer`` list (BERT,
 RoBERTa, MiniLM, ELECTRA, ...).
@@ -37,21 +46,33 @@ Example::
 """
 
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoModelForMaskedLM, PreTrainedModel
+from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
+from transformers.utils import logging as transformers_logging
 
 from .configuration_cmlm_cse import CMLMCSEConfig
 from .modeling_encoder import SentenceEmbeddingOutput
 from .modeling_simcse import SimCSEModel
 
+logger = logging.getLogger(__name__)
+
 IGNORE_INDEX = -100
+# transformers' MLM heads that :class:`MLMHead` reproduces: the name of each of its weights in the
+# ``AutoModelForMaskedLM`` state dict, and the activation their forward applies (None: ``config.hidden_act``)
+MLM_HEADS = (
+    ({"dense": "cls.predictions.transform.dense", "LayerNorm": "cls.predictions.transform.LayerNorm",
+      "bias": "cls.predictions.bias"}, None),  # BertLMPredictionHead (BERT, MiniLM, ...)
+    ({"dense": "lm_head.dense", "LayerNorm": "lm_head.layer_norm", "bias": "lm_head.bias"}, "gelu"),  # RobertaLMHead
+)
+MLM_HEAD_KEYS = ("dense.weight", "dense.bias", "LayerNorm.weight", "LayerNorm.bias", "bias")
 
 
 @dataclass
@@ -84,14 +105,58 @@ def _layer_stack(encoder: PreTrainedModel) -> nn.ModuleList:
     return stack
 
 
+class MLMHead(nn.Module):
+    """BERT's MLM prediction head without its output matrix: dense -> activation -> LayerNorm, then logits against
+    the given word-embedding matrix plus the head's own output bias (``BertLMPredictionHead`` / ``RobertaLMHead``)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.LayerNorm(self.activation(self.dense(hidden_states))), word_embeddings, self.bias)
+
+
+def pretrained_mlm_head(encoder_name_or_path: str, config) -> Optional[dict]:
+    """The state dict of :class:`MLMHead` taken from the checkpoint's pretrained MLM head, or ``None`` when the
+    checkpoint has none (loaded through ``AutoModelForMaskedLM``: safetensors, shards and legacy names handled)."""
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its load report of a missing head is this function's answer
+    try:
+        mlm, info = AutoModelForMaskedLM.from_pretrained(encoder_name_or_path, output_loading_info=True)
+    except ValueError:  # no masked-LM class for this architecture
+        return None
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    weights, missing = mlm.state_dict(), set(info["missing_keys"])
+    for names, activation in MLM_HEADS:
+        theirs = {}
+        for key in MLM_HEAD_KEYS:
+            module, dot, leaf = key.partition(".")
+            theirs[key] = names[module] + dot + leaf
+        if not set(theirs.values()) <= weights.keys():
+            continue  # another architecture's head
+        if missing & set(theirs.values()):
+            return None  # the architecture has this head, the checkpoint does not (a plain BertModel)
+        if activation not in (None, config.hidden_act):
+            raise ValueError(f"{encoder_name_or_path}: its MLM head applies {activation}, but its hidden_act is "
+                             f"{config.hidden_act!r}, which csekit's MLMHead would apply")
+        return {key: weights[name].clone() for key, name in theirs.items()}
+    return None
+
+
 class CMLMAuxiliaryNetwork(nn.Module):
-    """Frozen lexical feature extractor + semantic feature fusioner + tied MLM head.
+    """Frozen lexical feature extractor + semantic feature fusioner + MLM head projecting onto the extractor's
+    (frozen) word embeddings.
 
     Built from the sentence encoder's *current* weights (call it on the pretrained encoder): the extractor is a
-    frozen copy of the embeddings and the first ``extractor_layers`` blocks; with ``fusion_init="top_layers"`` the
-    fusioner starts as a trainable copy of the top ``fusion_layers`` blocks. Randomly initialised parts (fusioner
-    with ``fusion_init="random"``, head transform, output bias) are initialised by the owning model's
-    ``_init_weights``.
+    frozen copy of the embeddings and the first ``extractor_layers`` blocks; the fusioner starts as a trainable copy
+    of blocks ``K .. K+F-1`` (``fusion_init="next_layers"``) or of the top ``F`` blocks (``"top_layers"``).
+    Randomly initialised parts (fusioner with ``fusion_init="random"``, the MLM head until the owner loads the
+    pretrained one) are initialised by the owning model's ``_init_weights``.
     """
 
     def __init__(self, config: CMLMCSEConfig, encoder: PreTrainedModel):
@@ -102,12 +167,13 @@ class CMLMAuxiliaryNetwork(nn.Module):
         extractor.config.num_hidden_layers = config.extractor_layers
         extractor.requires_grad_(False)
         self.extractor = extractor.eval()
-        if config.fusion_init == "top_layers":
-            self.fusioner = copy.deepcopy(layers[len(layers) - config.fusion_layers :])
+        first = {"next_layers": config.extractor_layers, "top_layers": len(layers) - config.fusion_layers}
+        if config.fusion_init in first:
+            start = first[config.fusion_init]
+            self.fusioner = copy.deepcopy(layers[start : start + config.fusion_layers])
         else:  # the backbone's own block class, weights set by the owner's _init_weights
             self.fusioner = nn.ModuleList(type(layers[0])(encoder.config) for _ in range(config.fusion_layers))
-        self.transform = BertPredictionHeadTransform(encoder.config)
-        self.output_bias = nn.Parameter(torch.zeros(encoder.config.vocab_size))
+        self.head = MLMHead(encoder.config)
         # the fusioner's attention mask is built exactly as the backbone builds its own (sdpa / eager / ...)
         self.mask_config = encoder.config
 
@@ -122,7 +188,6 @@ class CMLMAuxiliaryNetwork(nn.Module):
         mlm_input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         mlm_labels: torch.Tensor,
-        output_word_embeddings: torch.Tensor,
         token_type_ids: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Conditional-MLM loss.
@@ -132,7 +197,6 @@ class CMLMAuxiliaryNetwork(nn.Module):
             mlm_input_ids: ``(B, T)`` masked tokens x'.
             attention_mask: ``(B, T)``.
             mlm_labels: ``(B, T)`` original token ids on masked positions, ``-100`` elsewhere.
-            output_word_embeddings: ``(V, H)`` the encoder's input word embeddings (tied output projection).
             token_type_ids: optional ``(B, T)``.
         Returns:
             scalar cross-entropy, mean over the masked positions (0 with a gradient path if none is masked).
@@ -145,9 +209,11 @@ class CMLMAuxiliaryNetwork(nn.Module):
         for layer in self.fusioner:
             fused = layer(fused, mask)
         # only masked positions reach the vocabulary projection: the loss ignores the rest, and V x H is the
-        # expensive matmul of the whole auxiliary network
+        # expensive matmul of the whole auxiliary network. The projection is the frozen extractor's word embeddings
+        # (detached, whatever their requires_grad): L_MLM reaches the trained encoder through h alone.
         selected = mlm_labels != IGNORE_INDEX
-        logits = F.linear(self.transform(fused[selected]), output_word_embeddings, self.output_bias)
+        word_embeddings = self.extractor.get_input_embeddings().weight.detach()
+        logits = self.head(fused[selected], word_embeddings)
         return F.cross_entropy(logits.float(), mlm_labels[selected], reduction="sum") / selected.sum().clamp(min=1)
 
 
@@ -164,16 +230,31 @@ class CMLMCSEForPreTraining(CMLMCSEModel):
 
     def _build_auxiliary(self) -> CMLMAuxiliaryNetwork:
         auxiliary = CMLMAuxiliaryNetwork(self.config, self.encoder)
-        fresh = [auxiliary.transform] + ([auxiliary.fusioner] if self.config.fusion_init == "random" else [])
+        fresh = [auxiliary.head] + ([auxiliary.fusioner] if self.config.fusion_init == "random" else [])
         for module in fresh:
             module.apply(self._init_weights)
         return auxiliary
 
     @classmethod
     def from_encoder(cls, encoder_name_or_path: str, **config_kwargs) -> "CMLMCSEForPreTraining":
-        """Pretrained backbone; the auxiliary network is rebuilt from it so the extractor is the pretrained one."""
+        """Pretrained backbone; the auxiliary network is rebuilt from it so the extractor (and with it the MLM
+        head's output matrix) and the fusioner are the pretrained ones, and the MLM head is the checkpoint's
+        pretrained head when it has one (fresh otherwise, logged)."""
         model = super().from_encoder(encoder_name_or_path, **config_kwargs)
         model.auxiliary = model._build_auxiliary()
+        head = pretrained_mlm_head(encoder_name_or_path, model.config.encoder_config)
+        if head is None:
+            logger.warning("no MLM head in %s: the auxiliary head starts fresh", encoder_name_or_path)
+        else:
+            model.auxiliary.head.load_state_dict(head)
+            logger.info("the auxiliary MLM head is the pretrained head of %s", encoder_name_or_path)
+        return model
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> "CMLMCSEForPreTraining":
+        """A training checkpoint (auxiliary network included), with the extractor frozen again."""
+        model = super().from_pretrained(*args, **kwargs)
+        model.auxiliary.extractor.requires_grad_(False)  # loading materialises parameters that require grad
         return model
 
     def sentence_encoder(self) -> CMLMCSEModel:
@@ -205,7 +286,6 @@ class CMLMCSEForPreTraining(CMLMCSEModel):
                 mlm_input_ids,
                 mask,
                 mlm_labels,
-                self.encoder.get_input_embeddings().weight,
                 None if token_type_ids is None else token_type_ids[:, 0],
             )
         return CMLMCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, mlm_loss=mlm_loss)

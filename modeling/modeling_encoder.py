@@ -33,13 +33,20 @@ def flatten_views(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 def build_encoder(encoder_config, name_or_path: Optional[str] = None) -> PreTrainedModel:
-    """The backbone without its task pooler (BERT's tanh pooler would be an unused parameter under DDP)."""
-    load = AutoModel.from_pretrained if name_or_path else AutoModel.from_config
-    source = name_or_path or encoder_config
+    """The backbone without its task pooler (BERT's tanh pooler would be an unused parameter under DDP).
+
+    A checkpoint is loaded in float32 whatever dtype it was stored in: transformers 5 keeps the stored dtype, and a
+    bf16/fp16 checkpoint trained in its own dtype would lose AdamW's small updates. Mixed precision is autocast's job
+    (``--bf16``/``--fp16``), over float32 weights.
+    """
+    if name_or_path:
+        load, source, options = AutoModel.from_pretrained, name_or_path, {"dtype": torch.float32}
+    else:
+        load, source, options = AutoModel.from_config, encoder_config, {}
     try:
-        return load(source, add_pooling_layer=False)
+        return load(source, add_pooling_layer=False, **options)
     except TypeError:  # architectures without a pooler do not take the argument
-        return load(source)
+        return load(source, **options)
 
 
 class SentenceEncoderPreTrainedModel(PreTrainedModel):

@@ -9,7 +9,7 @@ running statistics only, so a sentence's vector does not depend on its batch.
 
 Example::
 
-    model = WhitenedCSEModel.from_encoder("bert-base-uncased", pooler_type="cls", group_size=384, num_positives=2)
+    model = WhitenedCSEModel.from_encoder("bert-base-uncased", pooler_type="cls", num_groups=384, num_positives=2)
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])  # (B, 2, T) -> (B, 3, H)
     anchors, positives = out.embeddings[:, 0], out.embeddings[:, 1:]
 """
@@ -37,7 +37,7 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
         super().__init__(config)
         self.whitening = GroupWhitening(
             config.hidden_size,
-            config.group_size,
+            config.num_groups,
             kind=config.whitening,
             eps=config.whitening_eps,
             momentum=config.whitening_momentum,
@@ -53,6 +53,8 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
         representation = self.config.inference_representation
         if representation == "pooled":
             return pooled
+        if representation == "head_no_whitening":
+            return self.mlp(pooled)
         whitened = self.whitening(pooled)
         return whitened if representation == "whitened" else self.mlp(whitened)
 

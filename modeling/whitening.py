@@ -5,7 +5,8 @@ Whitening maps centred features ``Z`` (N, d) to ``H = Z W`` with ``W Σ Wᵀ = I
 
 * ``pca``: ``W = U Λ^-1/2`` (features end up in the eigenbasis, whose order and signs change from batch to batch);
 * ``zca``: ``W = U Λ^-1/2 Uᵀ`` (eq. 3-4), rotated back to the original axes;
-* ``group``: ZCA inside each block of ``group_size`` consecutive channels (eq. 5);
+* ``group``: ZCA inside each of ``num_groups`` blocks of ``d / num_groups`` consecutive channels (eq. 5: "divide it
+  into k groups ... Z_k ∈ R^{N×d/k}");
 * ``shuffled_group``: permute the channels at random, ZCA inside each group, undo the permutation (eq. 6). Every
   draw uses a new permutation, so several draws on the same features give different "views" of them.
 
@@ -18,11 +19,17 @@ rule of ``eigh`` divides by zero.
 In training the module whitens with the statistics of the batch and updates running estimates with momentum
 (eq. 13: ``μ_n = β μ_{n-1} + (1-β) x̄``, same for Σ). In eval mode it whitens with those running estimates only, so an
 embedding does not depend on the other sentences of its batch; groups are then the fixed consecutive blocks (no
-shuffle: a random permutation would make inference non-deterministic).
+shuffle: a random permutation would make inference non-deterministic). The paper states eq. 13 for its PCA/ZCA
+comparison (§5.2); the authors' released SGW registers running buffers but never updates or reads them, and their
+inference does not whiten (``WhitenedCSEConfig.inference_representation``).
+
+The authors' transform (``shuffled_group_whitening.py``) is ``_whiten_batch`` with ``eps=0``: centre by the batch
+mean, permute, covariance ``/ N`` per group, ``W = U Λ^-1/2 Uᵀ`` with the covariance detached, un-permute
+(``tests/test_whitenedcse.py`` checks output and input gradient against a direct implementation).
 
 Example::
 
-    sgw = GroupWhitening(hidden_size=384, group_size=192, kind="shuffled_group")
+    sgw = GroupWhitening(hidden_size=384, num_groups=192, kind="shuffled_group")  # 192 groups of 2 channels
     views = sgw(features.expand(3, -1, -1))  # (3, N, 384): three SGW draws of the same (N, 384) features
 """
 
@@ -32,6 +39,7 @@ import torch
 from torch import nn
 
 WHITENING_TYPES = ("none", "pca", "zca", "group", "shuffled_group")
+GROUPED_WHITENING = ("group", "shuffled_group")
 
 
 class _InverseSqrtPSD(torch.autograd.Function):
@@ -84,8 +92,8 @@ class GroupWhitening(nn.Module):
 
     Args:
         hidden_size: ``d``.
-        group_size: channels per group for ``group`` / ``shuffled_group`` (must divide ``d``); ``pca`` and ``zca``
-            whiten all ``d`` channels together.
+        num_groups: k, the number of groups for ``group`` / ``shuffled_group``, each of ``d / k`` channels (k must
+            divide ``d``; the authors' ``num_groups``); ``pca`` and ``zca`` whiten all ``d`` channels as one group.
         kind: ``none`` (identity), ``pca``, ``zca``, ``group`` or ``shuffled_group``.
         eps: added to the covariance eigenvalues.
         momentum: ``β`` of eq. 13 for the running mean/covariance used in eval mode.
@@ -97,7 +105,7 @@ class GroupWhitening(nn.Module):
     def __init__(
         self,
         hidden_size: int,
-        group_size: int,
+        num_groups: int = 1,
         kind: str = "shuffled_group",
         eps: float = 1e-5,
         momentum: float = 0.9,
@@ -107,9 +115,9 @@ class GroupWhitening(nn.Module):
         if kind not in WHITENING_TYPES:
             raise ValueError(f"unknown whitening {kind!r}; choose one of {', '.join(WHITENING_TYPES)}")
         self.hidden_size = hidden_size
-        self.group_size = group_size if kind in ("group", "shuffled_group") else hidden_size
-        if hidden_size % self.group_size:
-            raise ValueError(f"group_size {group_size} does not divide the hidden size {hidden_size}")
+        self.num_groups = num_groups if kind in GROUPED_WHITENING else 1
+        if self.num_groups < 1 or hidden_size % self.num_groups:
+            raise ValueError(f"num_groups {num_groups} does not divide the hidden size {hidden_size}")
         self.kind = kind
         self.eps = eps
         self.momentum = momentum
@@ -118,11 +126,12 @@ class GroupWhitening(nn.Module):
         self.register_buffer("running_covariance", torch.eye(hidden_size))
 
     @property
-    def num_groups(self) -> int:
-        return self.hidden_size // self.group_size
+    def group_size(self) -> int:
+        """Channels per group, ``d / num_groups``."""
+        return self.hidden_size // self.num_groups
 
     def extra_repr(self) -> str:
-        return f"{self.hidden_size}, group_size={self.group_size}, kind={self.kind}, eps={self.eps}"
+        return f"{self.hidden_size}, num_groups={self.num_groups}, kind={self.kind}, eps={self.eps}"
 
     def forward(self, features: torch.Tensor, permutations: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Whiten ``(N, d)`` or ``(draws, N, d)`` features; returns float32 of the same shape.

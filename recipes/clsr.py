@@ -10,16 +10,30 @@ keep the best ``e`` by STS-B dev, save frozen encoder + pooling + ``e`` (loadabl
 CLSR into OUTPUT_DIR/eval_results.json (test vectors are cached too; ``csekit evaluate OUTPUT_DIR`` gives the same
 CLSR scores).
 
-Defaults are the paper's: mean pooling, temperature 0.1, batch 512 pairs, LARS lr 0.5, weight decay 1e-4, 2000
-epochs, 10 warm-up epochs; training data NLI entailment pairs. --train_file stsb uses STS-B train pairs scored
-above 4; a .csv (sent0,sent1) brings your own pairs. STS-B test and SICK-R test sentences never enter training.
+Defaults are the paper's: mean pooling, temperature 0.1, batch 512 pairs, lr 0.5, decay 1e-4, 2000 epochs, 10
+warm-up epochs; training data NLI entailment pairs. The optimizer, LARS, is an inferred reading (the paper names
+none; it "adopts" SimCLR, which uses LARS). --train_file stsb uses the STS-B train pairs scored >= 4 (the paper's
+1,406); a .csv (sent0,sent1) brings your own pairs.
+
+No evaluation sentence enters training: pairs sharing a sentence with any of the 7 STS test sets or with STS-B dev
+(model selection) are dropped and counted (--test_overlap drop, the default). STS-B was compiled from the STS
+2012-2016 data, so only 181 of the 1,406 STS-B pairs survive, fewer than one batch of 512: pass a smaller
+--per_device_train_batch_size (Table 2 goes down to 64) or --test_overlap keep. --test_overlap keep trains on the
+paper's selection as published; every score on a set its pairs overlap is then marked contaminated in
+eval_results.json ("contaminated"), the printed table (*) and the model card.
+
 --random_init true builds the backbone from its config with random weights (the paper's "mechanics" check on an
-untrained BERT). The head trains in one process (CPU or one GPU).
+untrained BERT).
+
+Several processes (``accelerate launch --num_processes N``): every process pools a contiguous share of each sentence
+list the cache does not hold yet (the frozen-encoder pass is the expensive part), the main process stores the whole
+entry, and every process reads it. The head, a few small matrix products per step on cached vectors, then trains in
+every process alike (same seed, same vectors: the result of one process), and the main process writes the outputs.
 """
 
+import dataclasses
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +41,7 @@ from typing import Optional
 
 import torch
 from accelerate import PartialState
+from accelerate.utils import gather, pad_across_processes
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
 from csekit.data import resolve_data_dir
@@ -35,14 +50,16 @@ from csekit.evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
 from csekit.loading import RESULTS_FILE, resolve_model_path
 from csekit.modeling import CLSRConfig, CLSRModel
 from csekit.trainers.clsr import (
+    DEV_TASKS,
     CachedSTSEvaluator,
     CLSRTrainer,
     CLSRTrainingArguments,
     build_pair_corpus,
-    held_out_test_sentences,
+    held_out_sentences,
     load_positive_pairs,
+    require_full_batch,
 )
-from csekit.trainers.embedding_cache import EmbeddingCache
+from csekit.trainers.embedding_cache import EmbeddingCache, data_fingerprint, model_fingerprint
 from csekit.trainers.recipe import (
     DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, write_arguments,
 )
@@ -63,8 +80,14 @@ class BackboneArguments:
 class CLSRDataArguments(DataArguments):
     train_file: str = field(
         default="nli", metadata={"help": "Positive pairs: nli (SNLI dev+test entailment pairs in the data folder), "
-                                 "stsb (STS-B train pairs > 4), or a sent0,sent1 .csv (relative paths are also looked "
-                                 "up in the data folder)."}
+                                 "stsb (STS-B train pairs scored >= 4, the paper's 1,406), or a sent0,sent1 .csv "
+                                 "(relative paths are also looked up in the data folder)."}
+    )
+    test_overlap: str = field(
+        default="drop", metadata={"choices": ["drop", "keep"], "help": "Pairs sharing a sentence with any of the 7 "
+                                  "STS test sets or STS-B dev: drop (default; counted in eval_results.json) or keep "
+                                  "(the paper's selection as published; scores on those sets are marked "
+                                  "contaminated)."}
     )
     cache_dir: Optional[str] = field(
         default=None, metadata={"help": "Embedding cache folder (default: $CSEKIT_CACHE_DIR or "
@@ -85,8 +108,8 @@ def build_model(args, backbone: BackboneArguments, seed: int) -> CLSRModel:
             raise DataError("--random_init_num_layers needs --random_init true")
         path = resolve_model_path(args.model_name_or_path)
         model = CLSRModel.from_encoder(path, **options)
-    else:
-        path = args.model_name_or_path
+    else:  # a config (and tokenizer) is all a random backbone needs
+        path = resolve_model_path(args.model_name_or_path, require_weights=False)
         encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
         if backbone.random_init_num_layers is not None:
             encoder_config.num_hidden_layers = backbone.random_init_num_layers
@@ -94,6 +117,45 @@ def build_model(args, backbone: BackboneArguments, seed: int) -> CLSRModel:
         model.config.name_or_path = path
     model.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model
+
+
+def mark_contaminated(table: str, row: str, contaminated: dict) -> str:
+    """Star ``row``'s cells of the test sets in ``contaminated`` (and its average) in a :func:`format_sts_table`
+    table, and add a footnote with the overlap counts."""
+    marked = [task for task in STS_TASKS if task in contaminated]
+    if not marked:
+        return table
+    columns = [*STS_TASKS, "avg"]
+    lines = table.split("\n")
+    for number, line in enumerate(lines):
+        cells = line[2:-2].split(" | ")
+        if cells[0] == row:
+            cells[1:] = [f"{cell}*" if column in marked or column == "avg" else cell
+                         for column, cell in zip(columns, cells[1:])]
+            lines[number] = "| " + " | ".join(cells) + " |"
+    counts = ", ".join(f"{name} {count}" for name, count in contaminated.items())
+    lines.append(f"\n* contaminated (--test_overlap keep): training pairs sharing a sentence with the set: {counts}")
+    return "\n".join(lines)
+
+
+def pooled_vectors(cache: EmbeddingCache, model: CLSRModel, sentences: list, batch_size: int):
+    """``cache.get(model, sentences)``; under several processes a missing entry is pooled by all of them, each a
+    contiguous share, and stored once by the main process (the cache folder is shared)."""
+    state = PartialState()
+    world = state.num_processes
+    if world > 1 and len(sentences) >= world:
+        if not cache.path_for(model_fingerprint(model), data_fingerprint(sentences)).exists():
+            bounds = [len(sentences) * rank // world for rank in range(world + 1)]
+            rank = state.process_index
+            share = model.encode_pooled(sentences[bounds[rank] : bounds[rank + 1]], batch_size=batch_size)
+            padded = gather(pad_across_processes(share.to(state.device), dim=0)).cpu()
+            rows = padded.reshape(world, -1, share.shape[1])
+            vectors = torch.cat([part[: end - start] for part, start, end in zip(rows, bounds, bounds[1:])])
+            if state.is_main_process:
+                cache.put(model, sentences, vectors)
+            state.wait_for_everyone()
+            return dataclasses.replace(cache.get(model, sentences), status=f"built by {world} processes")
+    return cache.get(model, sentences, batch_size=batch_size)
 
 
 def main(argv=None, prog=None):
@@ -104,40 +166,53 @@ def main(argv=None, prog=None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if data_args.torch_threads:
         torch.set_num_threads(data_args.torch_threads)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise DataError("CLSR trains a small head on cached vectors in one process; launch with --num_processes 1")
+    # without a GPU (or other accelerator) the processes of a multi-process launch join one gloo group on CPU
+    state = PartialState(cpu=not torch.accelerator.is_available())
+    if not state.is_main_process:  # every process trains the same head; one writes the logs
+        training_args = dataclasses.replace(training_args, report_to="none")
     data_dir = resolve_data_dir(data_args.data_dir)
-    model = build_model(model_args, backbone_args, training_args.seed).to(PartialState().device)
-    held_out = held_out_test_sentences(data_dir)
-    corpus = build_pair_corpus(*load_positive_pairs(data_args.train_file, data_dir), held_out)
+    model = build_model(model_args, backbone_args, training_args.seed).to(state.device)
+    held_out = held_out_sentences(data_dir)
+    corpus = build_pair_corpus(*load_positive_pairs(data_args.train_file, data_dir), held_out,
+                               drop=data_args.test_overlap == "drop")
+    require_full_batch(corpus, training_args.per_device_train_batch_size)  # before any pooling
+    dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
+    if dev_overlap:
+        logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
-    train_entry = cache.get(model, corpus.sentences, batch_size=data_args.encode_batch_size)
-    dev = STSEvaluator(data_dir, ("STSBenchmark",), split="dev")
-    dev_evaluator = CachedSTSEvaluator(dev, cache.get(model, dev.sentences(), data_args.encode_batch_size).vectors)
+    train_entry = pooled_vectors(cache, model, corpus.sentences, data_args.encode_batch_size)
+    dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
+    dev_vectors = pooled_vectors(cache, model, dev.sentences(), data_args.encode_batch_size).vectors
+    dev_evaluator = CachedSTSEvaluator(dev, dev_vectors)
     pooling_seconds = time.perf_counter() - start
-    logging.info("%d pairs over %d sentences (%d dropped: held-out test sentences); train cache %s (%s)",
-                 len(corpus.pairs), len(corpus.sentences), corpus.dropped, train_entry.path, train_entry.status)
+    logging.info("%d pairs over %d sentences (%d dropped: they share a sentence with a held-out set); train cache %s "
+                 "(%s)", len(corpus.pairs), len(corpus.sentences), corpus.dropped, train_entry.path, train_entry.status)
     trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator)
     summary = trainer.train()
+    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None
+    test_vectors = pooled_vectors(cache, model, test.sentences(), data_args.encode_batch_size).vectors if test else None
+    if not state.is_main_process:
+        return
     output_dir = Path(training_args.output_dir)
     model.save_pretrained(output_dir)
     model.tokenizer.save_pretrained(output_dir)
     record = {
         "model": str(output_dir), "base_model": model_args.model_name_or_path, "pooler": model.config.pooler_type,
-        "train_data": data_args.train_file, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
+        "train_data": data_args.train_file, "test_overlap": data_args.test_overlap, "pairs": len(corpus.pairs),
+        "dropped_pairs": corpus.dropped, "overlap_pairs": corpus.overlap, "contaminated": corpus.contaminated,
         "pooling_seconds": round(pooling_seconds, 1), "train_cache": train_entry.status,
         **summary,
         "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
     }
-    if data_args.do_test_eval:
-        test = STSEvaluator(data_dir, STS_TASKS, split="test")
-        test_vectors = cache.get(model, test.sentences(), data_args.encode_batch_size).vectors
+    if test is not None:
         test_evaluator = CachedSTSEvaluator(test, test_vectors)
         record["base_sts"], record["sts"] = test_evaluator(), test_evaluator(model.mlp)
+        clsr_row = f"+ CLSR ({data_args.train_file})"
         rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
-                f"+ CLSR ({data_args.train_file})": record["sts"]}
-        print(format_sts_table(rows, title="STS test (Spearman x100)"))
+                clsr_row: record["sts"]}
+        print(mark_contaminated(format_sts_table(rows, title="STS test (Spearman x100)"), clsr_row,
+                                corpus.contaminated))
     write_arguments(output_dir, model_args=model_args, backbone_args=backbone_args, data_args=data_args,
                     training_args=training_args)
     (output_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")

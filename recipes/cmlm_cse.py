@@ -5,8 +5,11 @@ Embeddings"): SimCSE plus a conditional-MLM auxiliary network used only in train
     accelerate launch -m csekit.recipes.cmlm_cse [...]      (installed csekit)
 
 Defaults are the paper's BERT-base setting: unsupervised SimCSE (wiki1m, batch 64, lr 3e-5, length 32, [CLS] + MLP
-in training only, temperature 0.05) with a frozen 8-block lexical extractor, a 3-block fusioner, mask rate 15% and
-lambda 0.005. The final model folder holds only the encoder + pooler; checkpoints keep the auxiliary network.
+in training only, temperature 0.05) with a frozen 8-block lexical extractor, a 3-block fusioner (started from the
+pretrained blocks 9-11), mask rate 15% and lambda 0.005. The auxiliary MLM head is the backbone's pretrained one
+(a backbone saved without one, such as the embedded MiniLM, gets a fresh head, and the log says so), projecting onto
+the frozen pretrained word embeddings. The final model folder holds only the encoder + pooler; checkpoints keep the
+auxiliary network.
 
 The paper's ablations are flags:
 
@@ -14,7 +17,8 @@ The paper's ablations are flags:
 * Table 3  --contrastive_augmentation word_repetition (--word_repetition_rate 0.32) or drop_one_word
 * Table 4  --mask_rate 0.15 ... 0.45
 * Table 5  --mlm_weight 0 ... 0.1
-* Table 6  --extractor_layers K --fusion_layers F (K < the encoder's layers: MiniLM has 6), --fusion_init
+* Table 6  --extractor_layers K --fusion_layers F (K + F <= the encoder's layers with the default
+           --fusion_init next_layers: MiniLM has 6), --fusion_init top_layers / random
 """
 
 from dataclasses import dataclass, field
@@ -40,8 +44,7 @@ class AugmentationArguments:
 
 def make_collator(tokenizer, model, data_args, augmentation: AugmentationArguments) -> CMLMCSECollator:
     augment = contrastive_augmentation(augmentation.contrastive_augmentation, augmentation.word_repetition_rate)
-    return CMLMCSECollator(tokenizer, max_length=data_args.max_seq_length, augment=augment,
-                           mask_rate=model.config.mask_rate)
+    return CMLMCSECollator(tokenizer, max_length=data_args.max_seq_length, augment=augment, config=model.config)
 
 
 RECIPE = ContrastiveRecipe(CMLMCSEForPreTraining, CMLMCSETrainer, output_dir="outputs/cmlm_cse",

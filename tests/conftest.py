@@ -1,13 +1,18 @@
-"""Shared fixtures: tiny random encoders built in code, the real MiniLM tokenizer, the data folder."""
+"""Shared fixtures: tiny random encoders built in code, the real MiniLM tokenizer, the data folder, and subprocesses
+that cannot hang the suite (free rendezvous ports, a deadline that kills the whole process group)."""
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, RobertaConfig
+from transformers import AutoTokenizer, BertConfig, BertModel, RobertaConfig
 
 from csekit.data import resolve_data_dir
 from csekit.loading import embedded_minilm_path
@@ -86,3 +91,134 @@ def saved_tiny_model(tmp_path_factory, tokenizer):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# ------------------------------------------------------------------------------------------------ tiny recipe runs
+def recipe_flags(method: str) -> list:
+    """The method flags that build each recipe's model on the 2-layer, hidden-32 test backbone.
+
+    Tests that train WhitenedCSE or CMLM-CSE through a recipe take their model flags from here only, so a renamed
+    config field is a one-line change.
+    """
+    return {
+        "simcse": ["--pooler_type", "cls"],
+        # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder
+        "cmlm_cse": ["--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"],
+        # 16 groups of 2 channels: smaller than every per-process batch of the tests
+        "whitenedcse": ["--pooler_type", "cls", "--num_groups", "16"],
+    }[method]
+
+
+def fixed_masks(collator):
+    """A CMLM-CSE ``collator`` whose MLM side is masked by a rule of the sentence alone instead of at random: its
+    1st and 3rd word pieces become [MASK] (one in a one-word sentence). The masks then do not depend on the random
+    state, on which process collates the sentence, or on what else is in its batch; and collating leaves the
+    random state as it found it."""
+
+    def collate(features):
+        with torch.random.fork_rng():
+            batch = collator(features)
+        tokens = batch["input_ids"][:, 0]
+        special = torch.isin(tokens, torch.tensor(collator.tokenizer.all_special_ids))
+        position = (~special).cumsum(dim=1)  # 1, 2, ... over the word pieces
+        chosen = ~special & ((position == 1) | (position == 3))
+        batch["mlm_labels"] = torch.where(chosen, tokens, torch.full_like(tokens, -100))
+        batch["mlm_input_ids"] = tokens.masked_fill(chosen, collator.tokenizer.mask_token_id)
+        return batch
+
+    return collate
+
+
+def save_tiny_backbone(folder: Path, tokenizer, dropout: float = 0.1) -> Path:
+    """A seeded random :func:`tiny_bert_config` BERT + the MiniLM tokenizer: a ``--model_name_or_path`` folder."""
+    torch.manual_seed(0)
+    config = tiny_bert_config(max_position_embeddings=512, hidden_dropout_prob=dropout,
+                              attention_probs_dropout_prob=dropout)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone(tmp_path_factory, tokenizer) -> Path:
+    """With BERT's dropout 0.1: training draws from the random generator (resuming must restore it)."""
+    return save_tiny_backbone(tmp_path_factory.mktemp("tiny_backbone"), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory, data_dir) -> Path:
+    """96 wiki1m sentences, one a line."""
+    lines = (data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt").read_text().splitlines()[:96]
+    path = tmp_path_factory.mktemp("corpus") / "wiki.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ subprocesses
+def free_ports(count: int = 1) -> list:
+    """``count`` distinct TCP ports free right now (each bound to port 0 while all are held, then released).
+
+    ``accelerate launch`` otherwise rendezvouses on 29500, which collides with any other launch on the host.
+    """
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class BoundedProcess:
+    """A subprocess in its own process group with a deadline; output goes to files (never a pipe that can fill).
+
+    :meth:`wait` returns the ``CompletedProcess``; past the deadline it kills the whole group (a launcher and its
+    workers) and fails the test with the end of the command's stderr, as it does for a non-zero exit with
+    ``check=True``.
+    """
+
+    def __init__(self, command: list, timeout: float, **popen_kwargs):
+        self.command, self.timeout = [str(part) for part in command], timeout
+        self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self.process = subprocess.Popen(self.command, stdout=self.stdout, stderr=self.stderr, text=True,
+                                        start_new_session=True, **popen_kwargs)
+        self.deadline = time.monotonic() + timeout
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+    def _output(self) -> tuple:
+        outputs = []
+        for handle in (self.stdout, self.stderr):
+            handle.seek(0)
+            outputs.append(handle.read())
+            handle.close()
+        return tuple(outputs)
+
+    def wait(self, check: bool = True) -> subprocess.CompletedProcess:
+        try:
+            self.process.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            _, stderr = self._output()
+            pytest.fail(f"{' '.join(self.command)}\nran past its {self.timeout:.0f} s and was killed with its process "
+                        f"group; stderr ends with:\n{stderr[-6000:]}", pytrace=False)
+        finally:
+            if self.process.poll() is None:  # interrupted (Ctrl-C): leave no workers behind
+                self.kill()
+        stdout, stderr = self._output()
+        result = subprocess.CompletedProcess(self.command, self.process.returncode, stdout, stderr)
+        if check and result.returncode != 0:
+            pytest.fail(f"{' '.join(self.command)}\nexited with {result.returncode}; stdout ends with:\n"
+                        f"{stdout[-3000:]}\nstderr ends with:\n{stderr[-6000:]}", pytrace=False)
+        return result
+
+
+def run_bounded(command: list, timeout: float, check: bool = True, **popen_kwargs) -> subprocess.CompletedProcess:
+    """:class:`BoundedProcess` started and waited for."""
+    return BoundedProcess(command, timeout, **popen_kwargs).wait(check)

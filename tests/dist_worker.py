@@ -1,86 +1,139 @@
-"""Worker for tests/test_distributed.py: one SimCSE step on this process's shard of a fixed batch.
+"""Worker for tests/test_distributed.py: csekit recipes through their real ``Trainer`` loop, one job after another.
 
-Launched as ``accelerate launch --multi_gpu --num_processes N tests/dist_worker.py OUT.safetensors [--no-gather]``. The model goes
-through ``accelerator.prepare`` (DDP when N > 1) and the loss gathers candidates across processes exactly as
-``SimCSETrainer`` does. Rank 0 writes the process-averaged loss and the DDP-synchronised gradients.
+Launched as ``accelerate launch [--multi_gpu --num_processes N --main_process_port P | --cpu] tests/dist_worker.py
+JOBS.json``. ``JOBS.json`` is a list of ``{"method", "argv", "options"}``; each job runs the recipe
+``csekit.recipes.<method>`` on ``argv`` (its ``--output_dir`` is the job's folder) exactly as ``accelerate launch
+recipes/<method>.py`` would, with these test-only changes (``options``):
+
+* ``float64``: the model is trained in float64 (with a random tiny encoder, float32 summation order alone moves a
+  gradient by ~0.5%; in float64 a real mismatch stands out);
+* ``fixed_masks`` (CMLM-CSE): the collator's random masking is replaced by a rule of the sentence alone
+  (:func:`conftest.fixed_masks`), so one process with 2B sentences and two with B each mask the same tokens;
+* ``whitening_shards`` (WhitenedCSE, one process): the whitening module whitens each of that many consecutive shards
+  of the batch with its own statistics and the same random draws, and keeps the running statistics of the first shard
+  only: what N processes do (statistics of the local batch, same seed on every rank, DDP broadcasts rank 0's
+  buffers).
+
+Every process writes ``<job>/record_rank<r>.json``: the token ids of each training batch it saw, its local loss per
+step and, for CLSR, how many sentences it pooled. A job that raises a ``DataError`` records the message. Every process
+then leaves with ``os._exit`` after a barrier.
 """
 
+import dataclasses
+import importlib
+import json
 import os
 import sys
+from pathlib import Path
 
 import torch
-from accelerate import Accelerator
-from safetensors.torch import save_file
-from transformers import AutoTokenizer
+from accelerate import PartialState
 
-from csekit.modeling import SimCSEConfig, SimCSEModel
-from csekit.trainers.collators import ContrastiveCollator
-from csekit.loading import embedded_minilm_path
-from csekit.trainers.trainer import SimCSETrainer
-
-TRIPLETS = [
-    ("a man is playing a guitar", "someone plays an instrument", "a woman is cooking"),
-    ("the cat sleeps on the sofa", "a cat is asleep", "a dog runs in the park"),
-    ("stocks fell sharply today", "markets dropped", "the weather is sunny"),
-    ("he is reading a book", "a man reads", "children are swimming"),
-    ("the train leaves at noon", "departure is at twelve", "she bought new shoes"),
-    ("a child is drawing a picture", "a kid draws", "the car is parked outside"),
-    ("rain is expected tomorrow", "it will rain", "the team won the final"),
-    ("the soup is too salty", "there is too much salt", "birds fly south in winter"),
-]
+from conftest import fixed_masks
+from csekit.errors import DataError
+from csekit.trainers.recipe import ContrastiveRecipe, run_recipe
 
 
-def build_model() -> SimCSEModel:
-    torch.manual_seed(1234)
-    encoder = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                   intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                   attention_probs_dropout_prob=0.0, model_type="bert")
-    return SimCSEModel(SimCSEConfig(encoder_config=encoder, pooler_type="cls", hard_negative_weight=0.5))
+class Record:
+    def __init__(self):
+        self.batches, self.losses, self.pooled_sentences = [], [], 0
 
 
-def shard_batch(rank: int, world: int) -> dict:
-    tokenizer = AutoTokenizer.from_pretrained(embedded_minilm_path())
-    collator = ContrastiveCollator(tokenizer, max_length=16)
-    features = [dict(zip(("sent0", "sent1", "hard_neg"), t)) for t in TRIPLETS]
-    # pad once over the whole batch so every shard has the same sequence length as the 1-process run
-    batch = collator(features)
-    per_rank = len(features) // world
-    return {k: v[rank * per_rank : (rank + 1) * per_rank] for k, v in batch.items()}
+def recording_trainer(trainer_class, record: Record):
+    class Recording(trainer_class):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if model.training:
+                tokens, mask = inputs["input_ids"][:, 0], inputs["attention_mask"][:, 0].bool()
+                self.record.batches.append([row[keep].tolist() for row, keep in zip(tokens, mask)])
+                loss = result[0] if return_outputs else result
+                self.record.losses.append(loss.item())
+            return result
+
+    Recording.record = record
+    return Recording
 
 
-class _StepTrainer(SimCSETrainer):
-    """Just enough of SimCSETrainer to call its compute_losses outside a full Trainer."""
+def whiten_in_shards(whitening, shards: int) -> None:
+    """Make ``whitening`` (training mode) whiten each of ``shards`` batch shards alone, as that many processes would,
+    and return its input's dtype (it computes in float32; the float64 test model needs float64 back)."""
+    forward = whitening.forward
 
-    def __init__(self, accelerator, gather: bool):  # noqa: D107 - deliberately skips Trainer.__init__
-        self.accelerator = accelerator
-        self.gather = gather
+    def sharded(features, *args, **kwargs):
+        if not whitening.training:
+            return forward(features, *args, **kwargs).to(features.dtype)
+        rng, first_shard_buffers, parts = torch.get_rng_state(), None, []
+        for index, part in enumerate(features.chunk(shards, dim=-2)):
+            torch.set_rng_state(rng)  # every rank draws the same permutations (same seed)
+            parts.append(forward(part, *args, **kwargs).to(features.dtype))
+            if index == 0:
+                first_shard_buffers = {k: v.clone() for k, v in whitening.state_dict().items()}
+        whitening.load_state_dict(first_shard_buffers)  # DDP broadcasts rank 0's buffers
+        return torch.cat(parts, dim=-2)
 
-    @property
-    def gather_across_processes(self) -> bool:
-        return self.gather and super().gather_across_processes
+    whitening.forward = sharded
 
 
-def main(output_path: str, gather: bool) -> None:
-    accelerator = Accelerator(cpu=True)
-    # float64: with a random (anisotropic) encoder the gradients are small differences of large softmax terms, and
-    # float32 summation order alone moves them by ~0.5%; in float64 any real mismatch stands out
-    model = accelerator.prepare(build_model().double().train())
-    batch = shard_batch(accelerator.process_index, accelerator.num_processes)
-    trainer = _StepTrainer(accelerator, gather)
-    loss = trainer.compute_losses(model, model(**batch), batch)["loss"]
-    accelerator.backward(loss)
-    mean_loss = accelerator.reduce(loss.detach(), reduction="mean")
-    if accelerator.is_main_process:
-        grads = {name: p.grad.detach().clone() for name, p in accelerator.unwrap_model(model).named_parameters()
-                 if p.grad is not None}
-        world = torch.tensor([accelerator.num_processes])
-        save_file({"loss": mean_loss.reshape(1), "world_size": world, **grads}, output_path)
-    accelerator.wait_for_everyone()
+@dataclasses.dataclass
+class TestRecipe(ContrastiveRecipe):
+    options: dict = dataclasses.field(default_factory=dict)
+
+    def build_model(self, model_path, model_args):
+        model = super().build_model(model_path, model_args)
+        if hasattr(model, "whitening"):
+            whiten_in_shards(model.whitening, self.options.get("whitening_shards") or 1)
+        return model.double() if self.options.get("float64") else model
+
+    def collator(self, tokenizer, model, data_args, extra_args):
+        collator = super().collator(tokenizer, model, data_args, extra_args)
+        return fixed_masks(collator) if self.options.get("fixed_masks") else collator
+
+
+def run_contrastive(method: str, argv: list, options: dict, record: Record) -> None:
+    recipe = importlib.import_module(f"csekit.recipes.{method}").RECIPE
+    fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(ContrastiveRecipe)}
+    fields["trainer_class"] = recording_trainer(recipe.trainer_class, record)
+    test_recipe = TestRecipe(**fields, options=options)
+    run_recipe(test_recipe, *test_recipe.parse(argv))
+
+
+def run_clsr(argv: list, record: Record) -> None:
+    from csekit.modeling import CLSRModel
+    from csekit.recipes import clsr
+
+    encode_pooled = CLSRModel.encode_pooled
+
+    def counting(self, sentences, *args, **kwargs):
+        record.pooled_sentences += len(sentences)
+        return encode_pooled(self, sentences, *args, **kwargs)
+
+    CLSRModel.encode_pooled = counting
+    clsr.main(argv)
+
+
+def main(jobs_path: str) -> None:
+    for job in json.loads(Path(jobs_path).read_text()):
+        record, error = Record(), None
+        try:
+            if job["method"] == "clsr":
+                run_clsr(job["argv"], record)
+            else:
+                run_contrastive(job["method"], job["argv"], job.get("options", {}), record)
+        except DataError as raised:
+            error = str(raised)
+        state = PartialState()  # the recipe set it up
+        output = Path(job["argv"][job["argv"].index("--output_dir") + 1])
+        output.mkdir(parents=True, exist_ok=True)
+        (output / f"record_rank{state.process_index}.json").write_text(json.dumps(dict(
+            vars(record), error=error, num_processes=state.num_processes)))
+        state.wait_for_everyone()
     # Everything is written: skip interpreter teardown. Tearing gloo down there aborted a rank ("terminate called
     # without an active exception") or, after an explicit destroy_process_group, hung one (torch 2.13, a few runs
     # in twenty on a loaded 2-core machine).
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], gather=sys.argv[2:] != ["--no-gather"])
+    main(sys.argv[1])

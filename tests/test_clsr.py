@@ -1,6 +1,8 @@
 """CLSR: NT-Xent (eq. 1), frozen encoder, embedding cache, LARS, data guards, save/load round trips."""
 
+import json
 import math
+import re
 import shutil
 
 import numpy as np
@@ -15,16 +17,19 @@ from csekit.trainers.clsr import (
     CachedSTSEvaluator,
     CLSRTrainer,
     CLSRTrainingArguments,
-    assert_disjoint_from_test,
+    HeldOutSentences,
+    assert_disjoint_from_held_out,
     build_pair_corpus,
+    held_out_sentences,
     load_positive_pairs,
     normalize_sentence,
 )
 from csekit.errors import DataError
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.lars import LARS, lars_param_groups
-from csekit.evaluation.sts import STSEvaluator
+from csekit.evaluation.sts import STS_TASKS, STSEvaluator
 
+NO_HELD_OUT = HeldOutSentences({})
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} ." for i, (animal, verb) in enumerate(
     [(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]
 
@@ -82,6 +87,24 @@ def test_config_validation():
         CLSRConfig(encoder_config=tiny_bert_config().to_dict(), temperature=0.0)
     with pytest.raises(StrictDataclassClassValidationError, match="mlp_hidden_size"):
         CLSRConfig(encoder_config=tiny_bert_config().to_dict(), mlp_hidden_size=0)
+    with pytest.raises(StrictDataclassClassValidationError, match="encoder_layout"):
+        CLSRConfig(encoder_config=tiny_bert_config().to_dict(), encoder_layout="relu")
+
+
+@pytest.mark.parametrize("layout", ["simclr", "literal"])
+def test_encoder_layouts_follow_their_equations(tokenizer, layout):
+    """simclr: e(x) = W2 relu(W1 x + b1) + b2 (SimCLR's MLP); literal: relu of that ("ReLU nonlinearity on the
+    output"), written out here from the weights."""
+    model = tiny_clsr(tokenizer, mlp_hidden_size=16, representation_size=8, encoder_layout=layout)
+    pooled = torch.randn(6, 32)
+    w1, b1 = model.mlp.dense_in.weight.detach(), model.mlp.dense_in.bias.detach()
+    w2, b2 = model.mlp.dense_out.weight.detach(), model.mlp.dense_out.bias.detach()
+    expected = torch.clamp(pooled @ w1.T + b1, min=0) @ w2.T + b2
+    if layout == "literal":
+        expected = torch.clamp(expected, min=0)
+    with torch.no_grad():
+        torch.testing.assert_close(model.head(pooled), expected)
+    assert (expected < 0).any() == (layout == "simclr")  # the layouts differ on this input
 
 
 def test_encoder_frozen_and_in_eval_mode(tokenizer):
@@ -102,11 +125,11 @@ def test_training_leaves_encoder_bit_identical(tokenizer, tmp_path):
     model = tiny_clsr(tokenizer)
     before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
     mlp_before = {k: v.clone() for k, v in model.mlp.state_dict().items()}
-    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=set())
+    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=NO_HELD_OUT)
     vectors = EmbeddingCache(tmp_path).get(model, corpus.sentences).vectors
     args = CLSRTrainingArguments(output_dir=str(tmp_path), num_train_epochs=4, per_device_train_batch_size=4,
                                  warmup_epochs=1, eval_epochs=2)
-    summary = CLSRTrainer(model, args, vectors, corpus, held_out=set()).train()
+    summary = CLSRTrainer(model, args, vectors, corpus, held_out=NO_HELD_OUT).train()
     assert summary["steps"] == 8 and len(summary["history"]) == 2
     after = model.encoder.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -116,7 +139,7 @@ def test_training_leaves_encoder_bit_identical(tokenizer, tmp_path):
 
 def test_trainer_keeps_best_dev_state(tokenizer, tmp_path, data_dir):
     model = tiny_clsr(tokenizer)
-    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=set())
+    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=NO_HELD_OUT)
     cache = EmbeddingCache(tmp_path)
     dev = STSEvaluator(data_dir, ("STSBenchmark",), split="dev")
     dev.pairs["STSBenchmark"].sentences1 = dev.pairs["STSBenchmark"].sentences1[:40]  # small and fast
@@ -124,7 +147,8 @@ def test_trainer_keeps_best_dev_state(tokenizer, tmp_path, data_dir):
     dev.pairs["STSBenchmark"].scores = dev.pairs["STSBenchmark"].scores[:40]
     dev_evaluator = CachedSTSEvaluator(dev, cache.get(model, dev.sentences()).vectors)
     args = CLSRTrainingArguments(num_train_epochs=6, per_device_train_batch_size=4, warmup_epochs=1, eval_epochs=2)
-    summary = CLSRTrainer(model, args, cache.get(model, corpus.sentences).vectors, corpus, set(), dev_evaluator).train()
+    vectors = cache.get(model, corpus.sentences).vectors
+    summary = CLSRTrainer(model, args, vectors, corpus, NO_HELD_OUT, dev_evaluator).train()
     scores = [record["dev_STSBenchmark"] for record in summary["history"]]
     assert summary["best_dev_STSBenchmark"] == max(scores)
     # the restored e reproduces the best score, and e(cached vectors) is what the saved model's encode returns
@@ -137,10 +161,12 @@ def test_trainer_keeps_best_dev_state(tokenizer, tmp_path, data_dir):
 
 def test_trainer_rejects_too_few_pairs(tokenizer, tmp_path):
     model = tiny_clsr(tokenizer)
-    corpus = build_pair_corpus(SENTENCES[:2], SENTENCES[2:4], held_out=set())
+    held_out = HeldOutSentences({"STS12": {normalize_sentence(SENTENCES[0])}})
+    corpus = build_pair_corpus(SENTENCES[:3], SENTENCES[3:6], held_out=held_out)
     vectors = torch.zeros(len(corpus.sentences), 32)
-    with pytest.raises(DataError, match="fewer than one batch"):
-        CLSRTrainer(model, CLSRTrainingArguments(per_device_train_batch_size=8), vectors, corpus, set())
+    with pytest.raises(DataError, match=r"^2 positive pairs \(1 dropped.*fewer than one batch of 8; lower "
+                                        r"--per_device_train_batch_size$"):
+        CLSRTrainer(model, CLSRTrainingArguments(per_device_train_batch_size=8), vectors, corpus, held_out)
 
 
 def test_save_load_round_trip(tokenizer, tmp_path):
@@ -157,8 +183,10 @@ def test_save_load_round_trip(tokenizer, tmp_path):
     assert not any("projection" in key for key in loaded.state_dict())
 
 
-def test_trust_remote_code_round_trip(tokenizer, tmp_path):
-    model = tiny_clsr(tokenizer).eval()
+@pytest.mark.parametrize("layout", ["simclr", "literal"])
+def test_trust_remote_code_round_trip(tokenizer, tmp_path, layout):
+    model = tiny_clsr(tokenizer, encoder_layout=layout).eval()
+    torch.nn.init.normal_(model.mlp.dense_out.bias)  # some outputs negative, so the two layouts differ
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     np.save(tmp_path / "expected.npy", model.encode(SENTENCES[:3]))
@@ -171,11 +199,12 @@ def test_trust_remote_code_round_trip(tokenizer, tmp_path):
         f"batch = tok({SENTENCES[:3]!r}, padding=True, return_tensors='pt')\n"
         "vectors = model(**batch).embeddings.detach().numpy()\n"
         "np.testing.assert_allclose(vectors, np.load(path + '/expected.npy'), atol=1e-5)\n"
-        "print(type(model).__name__)\n"
+        "print(type(model).__name__, model.config.encoder_layout, bool((vectors < 0).any()))\n"
     )
     result = run_isolated_python(code, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().endswith("CLSRModel")
+    # rebuilt from config.json alone with the layout it was saved with: only the literal one is non-negative
+    assert result.stdout.strip().endswith(f"CLSRModel {layout} {layout == 'simclr'}")
 
 
 # ---------------------------------------------------------------------------------------------- embedding cache
@@ -279,31 +308,76 @@ def test_lars_rejects_bad_hyperparameters():
 # ------------------------------------------------------------------------------------------------------ data
 def test_bundled_positive_pairs(data_dir):
     first, second = load_positive_pairs("stsb", data_dir)
-    assert len(first) == len(second) == 1052  # STS-B train pairs scored above 4
+    assert len(first) == len(second) == 1406  # STS-B train pairs scored >= 4: the paper's "totally 1,406 pairs"
     first, second = load_positive_pairs("nli", data_dir)
     assert len(first) == 6697  # SNLI dev+test entailment pairs
     with pytest.raises(DataError, match="use one of"):
         load_positive_pairs("wiki", data_dir)
 
 
-def test_csv_pairs_and_held_out_filtering(tmp_path):
+def evaluation_sentences(data_dir) -> set:
+    """Every sentence of the 7 STS test sets and of STS-B dev, as words: lower case, punctuation dropped."""
+    words = lambda sentence: tuple(re.findall(r"[^\W_]+", sentence.lower()))  # noqa: E731
+    sets = [STSEvaluator(data_dir, STS_TASKS, split="test"), STSEvaluator(data_dir, ("STSBenchmark",), split="dev")]
+    return {words(s) for evaluator in sets for s in evaluator.sentences()}, words
+
+
+def test_default_sources_share_no_sentence_with_evaluation_sets(data_dir, tmp_path):
+    """Issue 13 points 10-11: no training sentence of stsb, nli or a user CSV is a test sentence of the 7 STS tasks
+    or an STS-B dev sentence (model selection), up to case, spacing and punctuation."""
+    held, words = evaluation_sentences(data_dir)
+    test = STSEvaluator(data_dir, STS_TASKS, split="test").pairs
+    dev = STSEvaluator(data_dir, ("STSBenchmark",), split="dev").pairs["STSBenchmark"]
     path = tmp_path / "pairs.csv"
-    path.write_text("sent0,sent1\nA dog runs .,A dog is running .\nA cat sleeps .,The cat is asleep .\n")
-    first, second = load_positive_pairs(str(path))
-    held_out = {normalize_sentence("a  CAT sleeps .")}
-    corpus = build_pair_corpus(first, second, held_out)
-    assert corpus.dropped == 1 and corpus.pairs.tolist() == [[0, 1]]
-    assert_disjoint_from_test(corpus.sentences, held_out)
-    with pytest.raises(DataError, match="STS-B test / SICK-R test"):
-        assert_disjoint_from_test(first + second, held_out)
+    path.write_text("sent0,sent1\n"
+                    f"{test['STS12'].sentences1[0].upper()} !,A clean sentence .\n"  # a test sentence, re-cased
+                    f"Another clean sentence .,{dev.sentences2[3]}\n"  # an STS-B dev sentence
+                    f"{test['SICKRelatedness'].sentences1[0]} .,Yet another clean one .\n"  # SICK-R, with a period
+                    "Two dogs play .,Two dogs are playing .\n")
+    expected = {"stsb": (1406, 181), "nli": (6697, 6556), str(path): (4, 1)}
+    held_out = held_out_sentences(data_dir)
+    for source, (total, kept) in expected.items():
+        first, second = load_positive_pairs(source, data_dir)
+        corpus = build_pair_corpus(first, second, held_out)
+        assert (len(first), len(corpus.pairs), corpus.dropped) == (total, kept, total - kept), source
+        assert not {words(s) for s in corpus.sentences} & held, source
+        assert corpus.contaminated == {}
+    assert set(held_out.sets) == {*STS_TASKS, "STSBenchmark-dev"}
 
 
-def test_trainer_refuses_test_sentences(tokenizer):
+def test_paper_selection_keeps_every_pair_and_counts_the_overlap(data_dir):
+    """--test_overlap keep: the paper's 1,406 pairs, and for each evaluation set the number of pairs touching it."""
+    held, words = evaluation_sentences(data_dir)
+    first, second = load_positive_pairs("stsb", data_dir)
+    corpus = build_pair_corpus(first, second, held_out_sentences(data_dir), drop=False)
+    assert len(corpus.pairs) == 1406 and corpus.dropped == 0
+    sets = {task: STSEvaluator(data_dir, (task,), split="test").sentences() for task in STS_TASKS}
+    sets["STSBenchmark-dev"] = STSEvaluator(data_dir, ("STSBenchmark",), split="dev").sentences()
+    expected = {}
+    for name, sentences in sets.items():
+        member = {words(s) for s in sentences}
+        count = sum(words(a) in member or words(b) in member for a, b in zip(first, second))
+        if count:
+            expected[name] = count
+    assert corpus.contaminated == corpus.overlap == expected
+    assert set(expected) == {*STS_TASKS, "STSBenchmark-dev"}  # STS-B was built from STS12-16: every set overlaps
+
+
+def test_held_out_check_allows_only_declared_contamination():
+    held_out = HeldOutSentences({"STS12": {normalize_sentence("A cat sleeps.")}, "STS13": {"a dog runs"}})
+    assert_disjoint_from_held_out(["A  CAT sleeps !"], held_out, declared=["STS12"])
+    with pytest.raises(DataError, match=r"^1 training sentence\(s\) belong to held-out evaluation sets \(STS12\)"):
+        assert_disjoint_from_held_out(["a cat sleeps", "A horse ."], held_out)
+    with pytest.raises(DataError, match="STS13"):
+        assert_disjoint_from_held_out(["A dog runs ."], held_out, declared=["STS12"])
+
+
+def test_trainer_refuses_held_out_sentences(tokenizer):
     model = tiny_clsr(tokenizer)
-    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=set())
+    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=NO_HELD_OUT)
     trainer = CLSRTrainer(model, CLSRTrainingArguments(per_device_train_batch_size=4), torch.zeros(16, 32), corpus,
-                          held_out={normalize_sentence(SENTENCES[3])})
-    with pytest.raises(DataError, match="STS-B test / SICK-R test"):
+                          held_out=HeldOutSentences({"STSBenchmark-dev": {normalize_sentence(SENTENCES[3])}}))
+    with pytest.raises(DataError, match="STSBenchmark-dev"):
         trainer.train()
 
 
@@ -315,7 +389,7 @@ def test_recipe_help_lists_flags():
                             text=True, timeout=120)
     assert result.returncode == 0
     for flag in ("--train_file", "--report_to", "--pooler_type", "--per_device_train_batch_size", "--num_train_epochs",
-                 "--random_init", "--cache_dir"):
+                 "--random_init", "--cache_dir", "--test_overlap", "--encoder_layout"):
         assert flag in result.stdout
 
 
@@ -330,3 +404,49 @@ def test_recipe_seed_fixes_the_head_initialisation(tokenizer, tmp_path):
     first, again, other = (build_model(args, BackboneArguments(), seed).mlp.state_dict() for seed in (7, 7, 8))
     assert all(torch.equal(first[k], again[k]) for k in first)  # a seed reproduces the run
     assert not torch.equal(first["dense_in.weight"], other["dense_in.weight"])
+
+
+def test_recipe_marks_contamination_in_results_table_and_card(tokenizer, tmp_path, data_dir, capsys):
+    """--test_overlap keep: the overlapping sets are marked in eval_results.json, the printed table and the card
+    (and left out of its model-index); the default drops those pairs and marks nothing."""
+    from transformers import BertModel
+
+    from csekit.publishing.model_card import render_model_card
+    from csekit.recipes.clsr import main
+
+    base = tmp_path / "base"
+    BertModel(tiny_bert_config()).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    test = STSEvaluator(data_dir, ("STS12", "SICKRelatedness"), split="test").pairs
+    lines = [f"{SENTENCES[i]},{SENTENCES[i + 1]}" for i in range(0, 12, 2)]
+    lines += [f"{test['STS12'].sentences1[0]},{SENTENCES[12]}",
+              f"{SENTENCES[13]},{test['SICKRelatedness'].sentences2[0]}"]
+    (tmp_path / "pairs.csv").write_text("sent0,sent1\n" + "\n".join(lines) + "\n")
+    common = ["--model_name_or_path", str(base), "--train_file", str(tmp_path / "pairs.csv"), "--max_length", "64",
+              "--per_device_train_batch_size", "4", "--num_train_epochs", "2", "--warmup_epochs", "0",
+              "--cache_dir", str(tmp_path / "cache"), "--data_dir", str(data_dir)]
+
+    main(common + ["--output_dir", str(tmp_path / "keep"), "--test_overlap", "keep"])
+    record = json.loads((tmp_path / "keep" / "eval_results.json").read_text())
+    assert record["pairs"] == 8 and record["dropped_pairs"] == 0
+    assert record["contaminated"] == record["overlap_pairs"] == {"STS12": 1, "SICKRelatedness": 1}
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| + CLSR"))
+    starred = [cell.endswith("*") for cell in row[2:-2].split(" | ")[1:]]
+    assert starred == [True, False, False, False, False, False, True, True]  # STS12, SICK-R and the average
+    assert "* contaminated (--test_overlap keep): training pairs sharing a sentence with the set: STS12 1, " \
+           "SICKRelatedness 1" in printed
+    card = str(render_model_card(tmp_path / "keep"))
+    assert ("| ⚠ **contaminated**: training pairs sharing a sentence with the test set "
+            "| 1 | 0 | 0 | 0 | 0 | 0 | 1 | yes |") in card
+    assert "**Contaminated scores.**" in card and "STS12 1, SICKRelatedness 1" in card
+    metadata = card.split("---")[1]
+    assert "mteb/sts12-sts" not in metadata and "mteb/sickr-sts" not in metadata and "mteb/sts13-sts" in metadata
+
+    main(common + ["--output_dir", str(tmp_path / "drop")])
+    record = json.loads((tmp_path / "drop" / "eval_results.json").read_text())
+    assert (record["pairs"], record["dropped_pairs"], record["contaminated"]) == (6, 2, {})
+    assert record["overlap_pairs"] == {"STS12": 1, "SICKRelatedness": 1}
+    assert "*" not in capsys.readouterr().out.split("STS test")[1]
+    card = str(render_model_card(tmp_path / "drop"))
+    assert "contaminated" not in card and "mteb/sts12-sts" in card

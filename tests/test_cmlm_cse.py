@@ -1,6 +1,8 @@
-"""CMLM-CSE: frozen extractor, masked-only conditional MLM, lambda = 0 equals SimCSE, publishing without the
-auxiliary network, layer validation, the contrastive-side augmentations."""
+"""CMLM-CSE: frozen extractor, masked-only conditional MLM, the pretrained MLM head, L_MLM reaching the encoder only
+through h, the next-layers fusioner equal to BertForMaskedLM, the masking statistics, lambda = 0 equals SimCSE,
+publishing without the auxiliary network, layer validation, the contrastive-side augmentations."""
 
+import dataclasses
 import random
 
 import numpy as np
@@ -11,10 +13,10 @@ import torch.nn.functional as F
 from datasets import Dataset
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors import safe_open
-from transformers import AutoModel, TrainingArguments
+from transformers import AutoModel, BertForMaskedLM, BertModel, RobertaForMaskedLM, TrainingArguments
 
 from csekit.modeling import CMLMCSEConfig, CMLMCSEForPreTraining, CMLMCSEModel, SimCSEConfig, SimCSEModel
-from tests.conftest import run_isolated_python, tiny_bert_config
+from tests.conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
 from csekit.trainers.cmlm_cse import CMLMCSECollator, CMLMCSETrainer, DropOneWord, WordRepetition, contrastive_augmentation
 from csekit.errors import DataError
 from csekit.trainers.trainer import SimCSETrainer
@@ -23,17 +25,22 @@ SENTENCES = [f"sentence number {i} about a {animal} that {verb} in the garden to
              enumerate([(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]
 
 
-def tiny_model(tokenizer, layers=3, **config_kwargs) -> CMLMCSEForPreTraining:
-    values = dict(pooler_type="avg", extractor_layers=2, fusion_layers=2)
+def tiny_config(layers=3, initializer_range=0.02, **config_kwargs) -> CMLMCSEConfig:
+    """``initializer_range`` well above BERT's 0.02 gives O(1) logits, so a loss reacts to every input it has."""
+    values = dict(pooler_type="avg", extractor_layers=1, fusion_layers=2, mask_rate=0.3)
     values.update(config_kwargs)
-    model = CMLMCSEForPreTraining(CMLMCSEConfig(encoder_config=tiny_bert_config(num_hidden_layers=layers).to_dict(),
-                                                **values))
+    encoder = tiny_bert_config(num_hidden_layers=layers, initializer_range=initializer_range)
+    return CMLMCSEConfig(encoder_config=encoder.to_dict(), **values)
+
+
+def tiny_model(tokenizer, layers=3, **config_kwargs) -> CMLMCSEForPreTraining:
+    model = CMLMCSEForPreTraining(tiny_config(layers, **config_kwargs))
     model.tokenizer = tokenizer
     return model
 
 
-def batch_for(tokenizer, sentences=SENTENCES[:8], mask_rate=0.3, **collator_kwargs) -> dict:
-    collator = CMLMCSECollator(tokenizer, max_length=24, mask_rate=mask_rate, **collator_kwargs)
+def batch_for(tokenizer, sentences=SENTENCES[:8], config=None, **collator_kwargs) -> dict:
+    collator = CMLMCSECollator(tokenizer, max_length=24, config=config or tiny_config(), **collator_kwargs)
     return collator([{"sent0": s} for s in sentences])
 
 
@@ -45,30 +52,43 @@ def trainer_for(model, tokenizer, tmp_path, trainer_class=CMLMCSETrainer, **args
         model=model,
         args=TrainingArguments(**values),
         train_dataset=Dataset.from_dict({"sent0": SENTENCES}),
-        data_collator=CMLMCSECollator(tokenizer, max_length=24, mask_rate=0.3),
+        data_collator=CMLMCSECollator(tokenizer, max_length=24, config=model.config if isinstance(
+            model.config, CMLMCSEConfig) else tiny_config()),
         processing_class=tokenizer,
     )
 
 
 # ------------------------------------------------------------------------------------------------ the collator
-def test_collator_masks_only_real_tokens_of_view_zero(tokenizer):
-    batch = batch_for(tokenizer, mask_rate=0.5)
-    original = batch["input_ids"][:, 0]
-    masked, labels = batch["mlm_input_ids"], batch["mlm_labels"]
-    assert batch["input_ids"].shape[1] == 2 and masked.shape == labels.shape == original.shape
+def test_masking_statistics_at_the_configs_mask_rate(tokenizer):
+    """Issue 13 point 9: the rate is the config's; selected share, 80/10/10, specials/padding never, view 0 intact."""
+    sentences = [f"{s} {' and more' * (i % 5)}" for i, s in enumerate(SENTENCES * 100)]  # 1600, padded batch
+    batch = batch_for(tokenizer, sentences, config=tiny_config(mask_rate=0.4))  # not the 0.15 default
+    tokens = tokenizer(sentences, padding=True, truncation=True, max_length=24, return_tensors="pt")
+    original, masked, labels = batch["input_ids"][:, 0], batch["mlm_input_ids"], batch["mlm_labels"]
+    assert torch.equal(original, tokens["input_ids"])  # view 0, the contrastive input, is untouched
+    assert torch.equal(batch["input_ids"][:, 1], original)
     selected = labels != -100
-    special = torch.isin(original, torch.tensor(tokenizer.all_special_ids))
-    assert selected.any() and not (selected & special).any()  # [CLS], [SEP], padding are never masked
+    special = torch.isin(original, torch.tensor(tokenizer.all_special_ids)) | (tokens["attention_mask"] == 0)
+    assert not (selected & special).any() and (tokens["attention_mask"] == 0).any()  # [CLS], [SEP], [PAD] never
+    assert abs(selected.sum() / (~special).sum() - 0.4) < 0.02
     assert torch.equal(labels[selected], original[selected])
     assert torch.equal(masked[~selected], original[~selected])  # only selected tokens may change
-    replaced = (masked == tokenizer.mask_token_id) & selected
-    assert replaced.sum() > 0.5 * selected.sum()  # 80% [MASK], the rest random or kept
-    assert torch.equal(batch["input_ids"][:, 0], batch["input_ids"][:, 1])  # no augmentation: two identical views
+    as_mask = (masked[selected] == tokenizer.mask_token_id).float().mean()
+    kept = (masked[selected] == original[selected]).float().mean()
+    assert abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02 and abs(1 - as_mask - kept - 0.1) < 0.02
 
 
-def test_collator_rejects_bad_mask_rate(tokenizer):
-    with pytest.raises(DataError, match="mask_rate"):
-        CMLMCSECollator(tokenizer, mask_rate=1.0)
+def test_recipe_collator_takes_the_mask_rate_from_the_model_config(tokenizer, capsys):
+    from csekit.recipes.cmlm_cse import RECIPE, AugmentationArguments
+
+    with pytest.raises(SystemExit) as exit_info:
+        RECIPE.parse(["--help"])  # every flag's help (the config docstring) formats: argparse expands % in it
+    assert exit_info.value.code == 0 and "--fusion_init" in capsys.readouterr().out
+    model_args, data_args, _, _ = RECIPE.parse(["--mask_rate", "0.4"])
+    model = tiny_model(tokenizer, mask_rate=model_args.mask_rate)
+    collator = RECIPE.collator(tokenizer, model, data_args, AugmentationArguments())
+    assert collator.config is model.config and collator.masker.mlm_probability == 0.4
+    assert "mask_rate" not in {f.name for f in dataclasses.fields(CMLMCSECollator)}  # one source: the config
 
 
 def test_augmentations_touch_only_the_positive_view(tokenizer):
@@ -90,7 +110,7 @@ def test_augmentations_touch_only_the_positive_view(tokenizer):
 
 # ------------------------------------------------------------------------------------------------- the loss
 def test_mlm_loss_is_cross_entropy_on_masked_positions_only(tokenizer):
-    model = tiny_model(tokenizer).eval()
+    model = tiny_model(tokenizer, initializer_range=0.5).eval()
     batch = batch_for(tokenizer)
     out = model(**batch)
     aux, mask = model.auxiliary, batch["attention_mask"][:, 0]
@@ -101,7 +121,10 @@ def test_mlm_loss_is_cross_entropy_on_masked_positions_only(tokenizer):
         extended = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
         for layer in aux.fusioner:
             states = layer(states, extended)
-        logits = aux.transform(states) @ model.encoder.embeddings.word_embeddings.weight.T + aux.output_bias
+        head = aux.head  # BERT's prediction head: dense, GELU, LayerNorm, then the frozen pretrained word embeddings
+        states = F.layer_norm(F.gelu(states @ head.dense.weight.T + head.dense.bias), (32,), head.LayerNorm.weight,
+                              head.LayerNorm.bias, eps=1e-12)
+        logits = states @ aux.extractor.embeddings.word_embeddings.weight.T + head.bias
         expected = F.cross_entropy(logits.flatten(0, 1), batch["mlm_labels"].flatten(), ignore_index=-100)
     torch.testing.assert_close(out.mlm_loss, expected, rtol=1e-5, atol=1e-5)
 
@@ -119,14 +142,36 @@ def test_sentence_embedding_conditions_the_prediction(tokenizer):
     model = tiny_model(tokenizer).eval()
     batch = batch_for(tokenizer)
     h = torch.randn(8, 32, requires_grad=True)
-    loss = model.auxiliary(h, batch["mlm_input_ids"], batch["attention_mask"][:, 0], batch["mlm_labels"],
-                           model.encoder.embeddings.word_embeddings.weight)
+    loss = model.auxiliary(h, batch["mlm_input_ids"], batch["attention_mask"][:, 0], batch["mlm_labels"])
     (grad,) = torch.autograd.grad(loss, h)
     assert grad.abs().sum() > 0
-    # and through the full model the MLM loss reaches the encoder only via h and the tied word embeddings
-    model.train()
-    model(**batch).mlm_loss.backward()
-    assert model.encoder.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+
+
+def test_mlm_loss_reaches_the_encoder_only_through_h(tokenizer):
+    """Issue 13 point 7: the vocabulary projection is the frozen extractor's, so with h detached L_MLM gives every
+    encoder parameter (word embeddings included) exactly zero gradient; through h it reaches the encoder layers."""
+    model = tiny_model(tokenizer, pooler_type="cls").train()  # MLP head in training: h = MLP([CLS])
+    batch = batch_for(tokenizer)
+    encoder = [(name, p) for name, p in model.named_parameters() if not name.startswith("auxiliary.")]
+    assert any("word_embeddings" in name for name, _ in encoder)
+
+    def mlm_gradients(detach_h: bool) -> dict:
+        if detach_h:  # the sentence head's output is h; detaching it leaves only other paths into the encoder
+            model.head = lambda pooled: CMLMCSEModel.head(model, pooled).detach()
+        try:
+            loss = model(**batch).mlm_loss
+        finally:
+            vars(model).pop("head", None)
+        gradients = torch.autograd.grad(loss, [p for _, p in encoder], allow_unused=True)
+        return {name: torch.zeros_like(p) if g is None else g for (name, p), g in zip(encoder, gradients)}
+
+    for name, gradient in mlm_gradients(detach_h=True).items():
+        assert not gradient.any(), name
+    through_h = mlm_gradients(detach_h=False)
+    assert through_h["encoder.encoder.layer.0.attention.self.query.weight"].abs().sum() > 0
+    assert through_h["encoder.embeddings.word_embeddings.weight"].abs().sum() > 0  # via h's tokens only
+    optimized = {id(p) for p in model.parameters() if p.requires_grad}
+    assert id(model.auxiliary.extractor.embeddings.word_embeddings.weight) not in optimized
 
 
 def test_lambda_zero_gradients_equal_simcse_exactly(tokenizer, tmp_path):
@@ -171,20 +216,83 @@ def test_extractor_frozen_and_bit_identical_through_training(tokenizer, tmp_path
 
 
 def test_auxiliary_network_starts_from_the_pretrained_encoder(tokenizer, tmp_path):
-    source = tiny_model(tokenizer, layers=4).sentence_encoder()
+    source = tiny_model(tokenizer, layers=5).sentence_encoder()
     source.encoder.save_pretrained(tmp_path)
-    model = CMLMCSEForPreTraining.from_encoder(str(tmp_path), pooler_type="avg", extractor_layers=3, fusion_layers=2)
+    model = CMLMCSEForPreTraining.from_encoder(str(tmp_path), pooler_type="avg", extractor_layers=2, fusion_layers=2)
     encoder_layers, aux = model.encoder.encoder.layer, model.auxiliary
-    assert len(aux.extractor.encoder.layer) == 3
-    for extracted, original in zip(aux.extractor.encoder.layer, encoder_layers[:3]):
+    assert model.config.fusion_init == "next_layers" and len(aux.extractor.encoder.layer) == 2
+    for extracted, original in zip(aux.extractor.encoder.layer, encoder_layers[:2]):
         assert all(torch.equal(a, b) for a, b in zip(extracted.state_dict().values(), original.state_dict().values()))
-    for fused, top in zip(aux.fusioner, encoder_layers[2:]):  # fusion_init="top_layers": blocks 3 and 4
-        assert all(torch.equal(a, b) for a, b in zip(fused.state_dict().values(), top.state_dict().values()))
+
+    def same_blocks(fusioner, blocks):
+        return all(torch.equal(a, b) for fused, block in zip(fusioner, blocks, strict=True)
+                   for a, b in zip(fused.state_dict().values(), block.state_dict().values()))
+
+    assert same_blocks(aux.fusioner, encoder_layers[2:4])  # next_layers: blocks K .. K+F-1
+    assert not same_blocks(aux.fusioner, encoder_layers[3:5])
     assert aux.fusioner[0].attention.self.query.weight is not encoder_layers[2].attention.self.query.weight
+    top = CMLMCSEForPreTraining.from_encoder(str(tmp_path), pooler_type="avg", extractor_layers=2, fusion_layers=2,
+                                             fusion_init="top_layers")
+    assert same_blocks(top.auxiliary.fusioner, encoder_layers[3:5])
     random_init = CMLMCSEForPreTraining.from_encoder(str(tmp_path), pooler_type="avg", extractor_layers=3,
-                                                     fusion_layers=5, fusion_init="random")
-    assert len(random_init.auxiliary.fusioner) == 5
+                                                     fusion_layers=6, fusion_init="random")
+    assert len(random_init.auxiliary.fusioner) == 6
     assert not torch.equal(random_init.auxiliary.fusioner[0].output.dense.weight, encoder_layers[0].output.dense.weight)
+
+
+def masked_lm_folder(path, mlm):
+    """Save ``mlm`` with a non-zero output bias (the class initialises it to zeros, which a fresh head also has)."""
+    head_bias = mlm.cls.predictions.bias if hasattr(mlm, "cls") else mlm.lm_head.bias
+    with torch.no_grad():
+        head_bias.normal_()
+    mlm.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_pretrained_mlm_head_is_the_checkpoints(family, tokenizer, tmp_path, caplog):
+    """Issue 13 point 6: the auxiliary head is the checkpoint's MLM head (BERT's cls.predictions, RoBERTa's lm_head,
+    each with its own activation); its logits on any states equal the transformers head's."""
+    if family == "bert":
+        mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=2, hidden_act="relu", initializer_range=0.5))
+        reference = lambda states: mlm.cls(states)  # noqa: E731
+    else:
+        mlm = RobertaForMaskedLM(tiny_roberta_config(num_hidden_layers=2, initializer_range=0.5))
+        reference = lambda states: mlm.lm_head(states)  # noqa: E731
+    path = masked_lm_folder(tmp_path, mlm)
+    with caplog.at_level("INFO"):
+        model = CMLMCSEForPreTraining.from_encoder(path, pooler_type="avg", extractor_layers=1, fusion_layers=1)
+    assert "the auxiliary MLM head is the pretrained head" in caplog.text
+    states = torch.randn(5, 32)
+    word_embeddings = model.auxiliary.extractor.get_input_embeddings().weight
+    with torch.no_grad():
+        torch.testing.assert_close(model.auxiliary.head(states, word_embeddings), reference(states))
+
+
+def test_backbone_without_mlm_head_starts_fresh_and_says_so(tokenizer, tmp_path, caplog):
+    BertModel(tiny_bert_config(), add_pooling_layer=False).save_pretrained(tmp_path)  # like the embedded MiniLM
+    with caplog.at_level("WARNING"):
+        model = CMLMCSEForPreTraining.from_encoder(str(tmp_path), pooler_type="avg", extractor_layers=1,
+                                                   fusion_layers=1)
+    assert f"no MLM head in {tmp_path}: the auxiliary head starts fresh" in caplog.text
+    assert not model.auxiliary.head.bias.any() and torch.equal(model.auxiliary.head.LayerNorm.weight, torch.ones(32))
+
+
+def test_next_layers_auxiliary_loss_equals_bert_for_masked_lm(tokenizer, tmp_path):
+    """Issue 13 point 8: with K + F = all layers, the contiguous fusioner, the pretrained head and h := the encoder's
+    own [CLS] state after block K, the conditional-MLM loss is BertForMaskedLM's loss on the same masked input."""
+    mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=4, initializer_range=0.5)).eval()
+    path = masked_lm_folder(tmp_path, mlm)
+    model = CMLMCSEForPreTraining.from_encoder(path, pooler_type="cls", extractor_layers=2, fusion_layers=2,
+                                               fusion_init="next_layers", mask_rate=0.3).eval()
+    batch = batch_for(tokenizer, SENTENCES, config=model.config)
+    masked, mask, labels = batch["mlm_input_ids"], batch["attention_mask"][:, 0], batch["mlm_labels"]
+    with torch.no_grad():
+        h = model.encoder(input_ids=masked, attention_mask=mask, output_hidden_states=True).hidden_states[2][:, 0]
+        loss = model.auxiliary(h, masked, mask, labels)
+        expected = mlm(input_ids=masked, attention_mask=mask, labels=labels).loss
+    assert (labels != -100).sum() > 20
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------- publish and resume
@@ -209,6 +317,7 @@ def test_published_model_has_no_auxiliary_weights_and_round_trips(tokenizer, tmp
     np.testing.assert_allclose(loaded.encode(SENTENCES[:3]), expected, atol=1e-6)
     # the checkpoint restores the whole training model, auxiliary network included (what resume relies on)
     restored = CMLMCSEForPreTraining.from_pretrained(tmp_path / "run" / "checkpoint-1")
+    assert not any(p.requires_grad for p in restored.auxiliary.extractor.parameters())  # frozen again after loading
     for name, value in model.state_dict().items():
         assert torch.equal(restored.state_dict()[name], value), name
     np.save(tmp_path / "expected.npy", expected)
@@ -235,7 +344,9 @@ def test_published_model_has_no_auxiliary_weights_and_round_trips(tokenizer, tmp
         (dict(extractor_layers=3), "extractor_layers=3 is impossible for an encoder with 3 layers"),
         (dict(extractor_layers=0), "extractor_layers=0 is impossible"),
         (dict(fusion_layers=0), "fusion_layers must be >= 1"),
-        (dict(fusion_layers=4), "fusion_layers=4 with fusion_init='top_layers'"),
+        (dict(extractor_layers=2), "fusion_layers=2 with fusion_init='next_layers' needs 4 pretrained blocks"),
+        (dict(fusion_layers=4, fusion_init="top_layers"),
+         "fusion_init='top_layers' needs 4 pretrained blocks, but the encoder has 3"),
         (dict(fusion_init="pretrained"), "fusion_init must be one of"),
         (dict(mask_rate=0.0), "mask_rate"),
         (dict(mlm_weight=-0.1), "loss weights must be >= 0"),
@@ -243,7 +354,7 @@ def test_published_model_has_no_auxiliary_weights_and_round_trips(tokenizer, tmp
     ],
 )
 def test_impossible_configurations_are_rejected(kwargs, message):
-    values = dict(encoder_config=tiny_bert_config(num_hidden_layers=3).to_dict(), extractor_layers=2)
+    values = dict(encoder_config=tiny_bert_config(num_hidden_layers=3).to_dict(), extractor_layers=1, fusion_layers=2)
     values.update(kwargs)
     with pytest.raises(StrictDataclassClassValidationError, match=message):
         CMLMCSEConfig(**values)

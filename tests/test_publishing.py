@@ -28,7 +28,7 @@ from csekit.trainers.trainer import SimCSETrainer
 
 SENTENCES = ["A cat sits on the mat.", "Markets rallied after the announcement of lower rates.", "hi", "Why?"]
 # tiny-config adjustments some methods need (their defaults assume a 12-layer, 768-wide backbone)
-TINY_OVERRIDES = {"csekit-whitenedcse": {"group_size": 16}, "csekit-cmlm-cse": {"extractor_layers": 1, "fusion_layers": 1}}
+TINY_OVERRIDES = {"csekit-cmlm-cse": {"extractor_layers": 1, "fusion_layers": 1}}
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -75,3 +75,22 @@ def test_from_encoder_keeps_pretrained_weights(minilm_path):
         if not name.startswith("pooler."):
             assert torch.equal(model.encoder.state_dict()[name], tensor), name
     assert model.config.encoder_config.hidden_size == 384 and model.config.name_or_path == str(minilm_path)
+
+
+def test_half_precision_checkpoints_are_trained_and_scored_in_float32(tmp_path, tokenizer):
+    """transformers 5 keeps a checkpoint's stored dtype; csekit trains (master weights) and scores in float32."""
+    from transformers import BertModel
+
+    from csekit.evaluation.encoders import load_embedder
+
+    BertModel(tiny_bert_config(max_position_embeddings=512)).to(torch.bfloat16).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    model = SimCSEModel.from_encoder(str(tmp_path), pooler_type="avg")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    embed, _ = load_embedder(str(tmp_path), pooler="avg")
+    reference = BertModel.from_pretrained(tmp_path, dtype=torch.float32)  # the stored values, widened
+    batch = tokenizer(["a man plays a guitar"], return_tensors="pt")
+    with torch.no_grad():
+        states = reference(**batch).last_hidden_state
+    expected = (states * batch["attention_mask"][..., None]).sum(1) / batch["attention_mask"].sum()
+    np.testing.assert_allclose(embed(["a man plays a guitar"]), expected.numpy(), atol=1e-5)

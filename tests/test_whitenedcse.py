@@ -1,14 +1,19 @@
 """WhitenedCSE: shuffled group whitening, the multi-positive losses, the model and its round trips."""
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from huggingface_hub.errors import StrictDataclassClassValidationError
-from transformers import AutoModel
+from transformers import AutoModel, BertConfig, RobertaConfig
 
+from csekit.errors import DataError
 from csekit.modeling import WhitenedCSEConfig, WhitenedCSEModel
 from csekit.modeling.losses import (
     info_nce_loss,
@@ -17,7 +22,7 @@ from csekit.modeling.losses import (
     multi_positive_l2_loss,
 )
 from csekit.modeling.whitening import GroupWhitening, whitening_matrices
-from tests.conftest import run_isolated_python, tiny_bert_config
+from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 from csekit.trainers import WhitenedCSETrainer
 
 
@@ -32,7 +37,7 @@ def batch_covariance(x):
 
 
 def tiny_model(**overrides):
-    values = dict(encoder_config=tiny_bert_config().to_dict(), pooler_type="cls", group_size=16)
+    values = dict(encoder_config=tiny_bert_config().to_dict(), pooler_type="cls", num_groups=2)
     values.update(overrides)
     return WhitenedCSEModel(WhitenedCSEConfig(**values))
 
@@ -43,7 +48,7 @@ def tiny_model(**overrides):
     [("pca", False), ("zca", False), ("zca", True), ("group", True), ("shuffled_group", False), ("shuffled_group", True)],
 )
 def test_rank_deficient_batch_under_bf16_autocast_is_finite_in_float32(kind, differentiable):
-    whitening = GroupWhitening(64, 32, kind=kind, differentiable=differentiable).train()
+    whitening = GroupWhitening(64, 2, kind=kind, differentiable=differentiable).train()
     features = correlated(3, 8, 64).bfloat16().requires_grad_()  # 8 samples < 32 channels: rank-deficient
     with torch.autocast("cpu", dtype=torch.bfloat16):
         whitened = whitening(features)
@@ -68,16 +73,16 @@ def test_whitening_gradient_flag_changes_the_gradient_only_when_set():
     target = torch.randn(1, 32, 16)
     grads = []
     for differentiable in (False, True):
-        whitening = GroupWhitening(16, 8, kind="zca", differentiable=differentiable).train()
+        whitening = GroupWhitening(16, kind="zca", differentiable=differentiable).train()
         (whitening(features) * target).sum().backward()
         grads.append(features.grad.clone())
         features.grad = None
     assert not torch.allclose(grads[0], grads[1], atol=1e-4)
 
 
-@pytest.mark.parametrize("kind,group_size", [("zca", 24), ("pca", 24), ("group", 8), ("shuffled_group", 8)])
-def test_full_rank_batch_is_whitened_to_identity_group_covariance(kind, group_size):
-    whitening = GroupWhitening(24, group_size, kind=kind, eps=1e-8).train()
+@pytest.mark.parametrize("kind,num_groups", [("zca", 1), ("pca", 1), ("group", 3), ("shuffled_group", 3)])
+def test_full_rank_batch_is_whitened_to_identity_group_covariance(kind, num_groups):
+    whitening = GroupWhitening(24, num_groups, kind=kind, eps=1e-8).train()
     permutation = torch.randperm(24)
     whitened = whitening(correlated(1, 500, 24), permutations=permutation[None])[0].double()
     # the groups are blocks of the permuted channels; inside each the covariance is the identity
@@ -90,7 +95,7 @@ def test_full_rank_batch_is_whitened_to_identity_group_covariance(kind, group_si
 def test_zca_keeps_the_original_axes():
     # ZCA is the whitening closest to the input (W symmetric positive definite): on already-white data it is ~I
     features = torch.randn(20000, 8)
-    whitened = GroupWhitening(8, 8, kind="zca").train()(features)
+    whitened = GroupWhitening(8, kind="zca").train()(features)
     torch.testing.assert_close(whitened, features - features.mean(0), atol=0.1, rtol=0.05)
 
 
@@ -108,21 +113,21 @@ def test_shuffle_and_unshuffle_match_a_numpy_reference():
         eigenvalues, eigenvectors = np.linalg.eigh(block.T @ block / len(block))
         zca = eigenvectors @ np.diag((eigenvalues + eps) ** -0.5) @ eigenvectors.T
         expected[:, permutation[start : start + size]] = block @ zca
-    whitening = GroupWhitening(12, size, kind="shuffled_group", eps=eps).train()
+    whitening = GroupWhitening(12, 12 // size, kind="shuffled_group", eps=eps).train()
     actual = whitening(torch.tensor(features, dtype=torch.float32), permutations=torch.tensor(permutation)[None])
     np.testing.assert_allclose(actual.numpy(), expected, atol=1e-4)
 
 
 def test_each_draw_gets_its_own_permutation():
     features = correlated(1, 64, 32).expand(3, -1, -1)
-    draws = GroupWhitening(32, 8, kind="shuffled_group").train()(features)
+    draws = GroupWhitening(32, 4, kind="shuffled_group").train()(features)
     assert not torch.allclose(draws[0], draws[1], atol=1e-3)
-    unshuffled = GroupWhitening(32, 8, kind="group").train()(features)
+    unshuffled = GroupWhitening(32, 4, kind="group").train()(features)
     torch.testing.assert_close(unshuffled[0], unshuffled[2])
 
 
 def test_running_statistics_follow_eq_13_and_are_used_in_eval():
-    whitening = GroupWhitening(8, 4, kind="group", momentum=0.75).train()
+    whitening = GroupWhitening(8, 2, kind="group", momentum=0.75).train()
     first, second = correlated(1, 32, 8, seed=1), correlated(1, 32, 8, seed=2)
     whitening(first)
     whitening(second)
@@ -145,16 +150,19 @@ def test_multi_positive_terms_and_losses_match_the_direct_formulas():
             sims = torch.stack([F.cosine_similarity(anchors[i], positives[j, p], dim=0) for j in range(5)]) / tau
             expected[i, p] = -(sims[i] - torch.logsumexp(sims, dim=0))
     torch.testing.assert_close(terms, expected, atol=1e-5, rtol=1e-5)
-    weight = 0.5
-    torch.testing.assert_close(multi_positive_l1_loss(terms, weight), (weight * expected.sum(1)).mean())
-    # eq. 8 with the negative sign: log sum_p lambda e^{-s_ip/tau} sum_j e^{s_ij,p/tau}
+    weights = [1.0, 0.8, 0.5]  # one lambda per positive
+    l1 = torch.stack([sum(weights[p] * expected[i, p] for p in range(3)) for i in range(5)]).mean()
+    torch.testing.assert_close(multi_positive_l1_loss(terms, weights), l1)
+    # eq. 8 with the negative sign: log sum_p lambda_p e^{-s_ip/tau} sum_j e^{s_ij,p/tau}
     l2 = torch.stack([
-        torch.log(sum(weight * torch.exp(-F.cosine_similarity(anchors[i], positives[i, p], dim=0) / tau)
+        torch.log(sum(weights[p] * torch.exp(-F.cosine_similarity(anchors[i], positives[i, p], dim=0) / tau)
                       * torch.exp(torch.stack([F.cosine_similarity(anchors[i], positives[j, p], dim=0)
                                                for j in range(5)]) / tau).sum() for p in range(3)))
         for i in range(5)
     ]).mean()
-    torch.testing.assert_close(multi_positive_l2_loss(terms, weight), l2, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(multi_positive_l2_loss(terms, weights), l2, atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="one weight per positive"):
+        multi_positive_l1_loss(terms, [1.0, 0.8])
 
 
 def test_one_positive_reduces_to_simcse_info_nce():
@@ -178,8 +186,10 @@ def test_l2_pulls_the_least_similar_positive_hardest():
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (dict(group_size=12), "group_size 12 must be a positive divisor of the hidden size 32"),
-        (dict(group_size=0), "group_size 0"),
+        (dict(num_groups=12), "num_groups 12 must divide the hidden size 32"),
+        (dict(num_groups=0), "num_groups must be >= 1"),
+        (dict(positive_weights=[1.0]), r"positive_weights must be 2 values > 0 \(one per positive\), got \[1.0\]"),
+        (dict(positive_weights=[1.0, 0.0]), "positive_weights must be 2 values > 0"),
         (dict(num_positives=0), "num_positives must be >= 1"),
         (dict(whitening="batch"), "whitening must be one of"),
         (dict(loss_type="L3"), "loss_type must be one of"),
@@ -191,7 +201,7 @@ def test_l2_pulls_the_least_similar_positive_hardest():
 )
 def test_config_rejects_bad_values(overrides, message):
     with pytest.raises(StrictDataclassClassValidationError, match=message):
-        WhitenedCSEConfig(encoder_config=tiny_bert_config().to_dict(), **{"group_size": 16, **overrides})
+        WhitenedCSEConfig(encoder_config=tiny_bert_config().to_dict(), **{"num_groups": 2, **overrides})
 
 
 def test_recipe_reports_bad_config_as_one_line_error(minilm_path, capsys):
@@ -202,11 +212,11 @@ def test_recipe_reports_bad_config_as_one_line_error(minilm_path, capsys):
         RECIPE.build_model(str(minilm_path), RECIPE.parse(argv)[0])
 
     with pytest.raises(SystemExit) as exit_info:
-        main_guard(build, ["--group_size", "100"])
+        main_guard(build, ["--num_groups", "100"])
     assert exit_info.value.code == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]  # after the weight-loading progress bar
     assert message.startswith("error: invalid model configuration: ")
-    assert "group_size 100 must be a positive divisor of the hidden size 384" in message
+    assert "num_groups 100 must divide the hidden size 384" in message
 
 
 # ------------------------------------------------------------------------------------------------------------- model
@@ -234,7 +244,7 @@ def test_trainer_loss_and_logged_components():
 SENTENCES = [f"sentence number {i} " + "with some words " * (i % 7) for i in range(64)]
 
 
-@pytest.mark.parametrize("representation", ["pooled", "whitened", "head"])
+@pytest.mark.parametrize("representation", ["pooled", "head_no_whitening", "whitened", "head"])
 def test_inference_embedding_does_not_depend_on_the_batch(tokenizer, representation):
     model = tiny_model(inference_representation=representation, pooler_type="avg")
     model.tokenizer = tokenizer
@@ -279,7 +289,7 @@ def test_save_and_reload_reproduce_embeddings_exactly(tmp_path, tokenizer):
 
 
 def test_gradients_reach_the_backbone_under_stop_gradient():
-    model = tiny_model(group_size=32).train()  # 6 sentences < 32 channels: rank-deficient in training
+    model = tiny_model(num_groups=1).train()  # 6 sentences < 32 channels: rank-deficient in training
     outputs = model(input_ids=torch.randint(1000, 2000, (6, 2, 10)))
     terms = multi_positive_info_nce_terms(outputs.embeddings[:, 0], outputs.embeddings[:, 1:])
     multi_positive_l1_loss(terms).backward()
@@ -288,18 +298,152 @@ def test_gradients_reach_the_backbone_under_stop_gradient():
     assert math.isfinite(terms.sum().item())
 
 
-def test_groups_as_large_as_the_batch_whiten_it_to_a_simplex_and_the_trainer_warns(tmp_path, caplog):
-    from transformers import TrainingArguments
-
+def test_groups_as_large_as_the_batch_whiten_it_to_a_simplex():
     batch = correlated(8, 32)
-    for group_size, degenerate in ((16, True), (4, False)):  # 16 channels > 8 sentences; 4 channels < 8
-        whitened = GroupWhitening(32, group_size, kind="group").train()(batch)[:, :group_size]
+    for num_groups, degenerate in ((2, True), (8, False)):  # 16 channels > 8 sentences; 4 channels < 8
+        whitening = GroupWhitening(32, num_groups, kind="group").train()
+        whitened = whitening(batch)[:, : whitening.group_size]
         cosines = F.normalize(whitened, dim=-1) @ F.normalize(whitened, dim=-1).T
         off_diagonal = cosines[~torch.eye(8, dtype=torch.bool)]
         assert (off_diagonal.std() < 1e-4) == degenerate  # a regular simplex: every pair at cos = -1/(n-1)
-    for batch_size, warned in ((8, True), (64, False)):
-        caplog.clear()
+
+
+def test_trainer_refuses_groups_as_wide_as_the_per_process_batch(tmp_path, caplog):
+    from transformers import TrainingArguments
+
+    def build(batch_size, **overrides):
         args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=batch_size, report_to="none",
                                  use_cpu=True)
-        WhitenedCSETrainer(model=tiny_model(group_size=16), args=args)
-        assert ("rank-deficient" in caplog.text) == warned
+        return WhitenedCSETrainer(model=tiny_model(**overrides), args=args)
+
+    with pytest.raises(DataError, match="num_groups 2 gives whitening groups of 16 channels, not fewer than the 16 "
+                                        "sentences per process"):
+        build(16, num_groups=2)
+    build(17, num_groups=2)  # 16 channels, 17 sentences: full rank
+    build(8, whitening="none", num_groups=1)
+    caplog.clear()
+    build(16, whitening="zca")  # Table 3's whole-feature rows stay runnable, with a warning
+    assert "rank-deficient" in caplog.text
+
+
+def test_recipe_cli_exits_2_with_one_line_before_training(tmp_path, data_dir):
+    output_dir = tmp_path / "run"
+    command = [sys.executable, "recipes/whitenedcse.py", "--config", "recipes/configs/minilm_compare.yaml",
+               "--num_groups", "2", "--use_cpu", "true", "--data_dir", str(data_dir), "--output_dir", str(output_dir)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-3000:]
+    message = result.stderr.strip().splitlines()[-1]  # after the weight-loading report
+    assert message.startswith("error: WhitenedCSE: num_groups 2 gives whitening groups of 192 channels, not fewer "
+                              "than the 64 sentences per process"), message
+    assert not output_dir.exists() or not any(output_dir.iterdir())
+
+
+# ------------------------------------------------------------------------------------ k, weights, inference options
+@pytest.mark.parametrize(
+    "encoder_config,num_groups",
+    [
+        (BertConfig(), 384),  # bert-base: the paper's k = 384 groups of 2 channels
+        (RobertaConfig(), 256),  # §4.1: 256 for RoBERTa (3 channels)
+        (RobertaConfig(hidden_size=1024, num_attention_heads=16), 256),  # roberta-large: 4 channels
+        (BertConfig(hidden_size=1024, num_attention_heads=16), 512),  # bert-large: 384 does not divide 1024
+        (BertConfig(hidden_size=384, num_attention_heads=12), 192),  # MiniLM: 384 groups would be 1 channel each
+    ],
+)
+def test_num_groups_defaults_to_the_papers_k_and_config_json_records_it(encoder_config, num_groups, tmp_path):
+    config = WhitenedCSEConfig(encoder_config=encoder_config.to_dict())
+    assert config.num_groups == num_groups and config.positive_weights == [1.0, 1.0]
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["num_groups"] == num_groups and saved["positive_weights"] == [1.0, 1.0]
+    assert WhitenedCSEConfig.from_pretrained(tmp_path).num_groups == num_groups
+
+
+@pytest.mark.parametrize("kind", ["none", "pca", "zca"])
+def test_whole_feature_whitening_does_not_need_num_groups_to_divide_the_hidden_size(kind):
+    large = BertConfig(hidden_size=1024, num_attention_heads=16).to_dict()
+    config = WhitenedCSEConfig(encoder_config=large, whitening=kind, num_groups=384)
+    assert config.group_width == 1024
+    assert GroupWhitening(1024, 384, kind=kind).group_size == 1024
+    with pytest.raises(StrictDataclassClassValidationError, match="num_groups 384 must divide the hidden size 1024"):
+        WhitenedCSEConfig(encoder_config=large, whitening="shuffled_group", num_groups=384)
+
+
+def test_positive_weights_flag_parses_and_weights_each_positive():
+    from csekit.recipes.whitenedcse import RECIPE
+
+    model_args = RECIPE.parse(["--positive_weights", "1", "0.8"])[0]
+    assert model_args.positive_weights == [1.0, 0.8]
+    model = tiny_model(positive_weights=model_args.positive_weights).train()
+    trainer = WhitenedCSETrainer.__new__(WhitenedCSETrainer)  # compute_losses only needs the accelerator
+    trainer.accelerator = type("Accel", (), {"num_processes": 1, "unwrap_model": staticmethod(lambda m: m)})()
+    outputs = model(input_ids=torch.randint(1000, 2000, (6, 2, 10)))
+    losses = trainer.compute_losses(model, outputs, {})
+    # the Jan-2023 authors' code: loss1 + 0.8 * loss2
+    torch.testing.assert_close(losses["loss"], losses["positive_1"] + 0.8 * losses["positive_2"])
+
+
+def test_head_no_whitening_is_linear_tanh_on_the_backbone_feature():
+    model = tiny_model(inference_representation="head_no_whitening").eval()
+    model.whitening.running_covariance.mul_(4.0)  # whitening, if applied, would change the result
+    pooled = torch.randn(5, 32)
+    torch.testing.assert_close(model.head(pooled), torch.tanh(pooled @ model.mlp.dense.weight.T + model.mlp.dense.bias))
+
+
+def authors_shuffled_group_whitening(features: torch.Tensor, permutation: torch.Tensor, num_groups: int):
+    """One block of SupstarZh/WhitenedCSE ``ShuffledGroupWhitening.forward`` (training), written from its formula:
+    permute the channels, centre by the batch mean, per group of d/k channels the covariance / N, detached (their
+    ``transformation`` copies it into a new leaf), ``W = U Λ^-1/2 Uᵀ`` (no eps), ``x W``, undo the permutation."""
+    n, d = features.shape
+    width = d // num_groups
+    shuffled = features[:, permutation]
+    centred = shuffled - shuffled.mean(dim=0, keepdim=True)
+    groups = []
+    for start in range(0, d, width):
+        block = centred[:, start : start + width]
+        eigenvalues, eigenvectors = torch.linalg.eigh((block.T @ block / n).detach())
+        groups.append(block @ (eigenvectors @ torch.diag(eigenvalues.rsqrt()) @ eigenvectors.T))
+    return torch.cat(groups, dim=1)[:, permutation.argsort()]  # out[:, π[j]] = whitened[:, j]
+
+
+def test_sgw_output_and_input_gradient_match_the_authors_transform():
+    generator = torch.Generator().manual_seed(13)
+    features = (torch.randn(64, 768, generator=generator) @ torch.randn(768, 768, generator=generator) / 28 + 0.3)
+    permutation = torch.randperm(768, generator=generator)
+    upstream = torch.randn(64, 768, generator=generator, dtype=torch.float64)
+
+    reference_input = features.double().requires_grad_()
+    reference = authors_shuffled_group_whitening(reference_input, permutation, num_groups=384)
+    (reference * upstream).sum().backward()
+
+    csekit_input = features.clone().requires_grad_()
+    sgw = GroupWhitening(768, 384, kind="shuffled_group", eps=0.0).train()
+    whitened = sgw(csekit_input, permutations=permutation[None])
+    (whitened * upstream.float()).sum().backward()
+
+    torch.testing.assert_close(whitened.double(), reference.detach(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(csekit_input.grad.double(), reference_input.grad, atol=1e-5, rtol=0)
+
+
+NEAR_DUPLICATES = [
+    ("A man is playing a guitar.", "A man is playing the guitar."),
+    ("The company reported higher profits this year.", "The company reported higher profits last year."),
+    ("She quickly opened the old wooden door.", "She slowly opened the old wooden door."),
+    ("The river flows through the centre of the city.", "The river flows through the center of the city."),
+]
+
+
+def test_near_duplicates_stay_close_after_whitening_at_the_default_setting(minilm_path, data_dir):
+    wiki = (data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt").read_text().splitlines()[:64]
+    sentences = wiki + [sentence for pair in NEAR_DUPLICATES for sentence in pair]
+    model = WhitenedCSEModel.from_encoder(str(minilm_path), pooler_type="avg")  # the comparison budget's feature
+    assert model.config.num_groups == 192  # the default rule on MiniLM's 384 channels: groups of 2
+    pooled = model.encode(sentences, convert_to_numpy=False)  # eval mode: no dropout, the backbone feature
+
+    def pair_cosines(whitening):  # 8 SGW draws of the 72-sentence batch with its own statistics
+        draws = whitening.train()(pooled.expand(8, -1, -1))
+        return F.cosine_similarity(draws[:, 64::2], draws[:, 65::2], dim=-1)
+
+    assert pair_cosines(model.whitening).min() > 0.9
+    # the old default, 384 channels per group (one group on MiniLM): the batch becomes a simplex, cos = -1/71
+    assert pair_cosines(GroupWhitening(384, 1, kind="shuffled_group")).max() < 0.1

@@ -12,7 +12,7 @@ Example::
 
     model = CMLMCSEForPreTraining.from_encoder(path, pooler_type="avg", extractor_layers=4, fusion_layers=2)
     trainer = CMLMCSETrainer(model=model, args=args, train_dataset=wiki,
-                             data_collator=CMLMCSECollator(tokenizer, max_length=32, mask_rate=0.15),
+                             data_collator=CMLMCSECollator(tokenizer, max_length=32, config=model.config),
                              processing_class=tokenizer, sts_evaluator=STSEvaluator(data_dir, ["STSBenchmark"], "dev"))
     trainer.train()
     trainer.save_model("out")  # the encoder + pooler only; checkpoints keep the auxiliary network
@@ -27,8 +27,10 @@ import torch
 from transformers import DataCollatorForLanguageModeling
 from transformers.trainer import TRAINING_ARGS_NAME
 
+from ..modeling import CMLMCSEConfig
 from .collators import ContrastiveCollator
 from ..errors import DataError
+from ..modeling.modeling_cmlm_cse import IGNORE_INDEX
 from .trainer import SimCSETrainer
 
 CONTRASTIVE_AUGMENTATIONS = ("none", "word_repetition", "drop_one_word")
@@ -80,23 +82,24 @@ def contrastive_augmentation(name: str, word_repetition_rate: float = 0.32):
 
 @dataclass
 class CMLMCSECollator(ContrastiveCollator):
-    """:class:`ContrastiveCollator` (two views) + view 0 masked with BERT's 80/10/10 rule.
+    """:class:`ContrastiveCollator` (two views) + a masked copy of view 0 with BERT's 80/10/10 rule.
 
     Args:
-        mask_rate: probability that a non-special token is selected (special and padding tokens never are).
+        config: the model's :class:`~csekit.modeling.CMLMCSEConfig`; its ``mask_rate`` (validated there) is the
+            probability that a non-special token is selected. Special and padding tokens never are; of the selected
+            tokens 80% become the mask token, 10% a random token and 10% stay unchanged.
 
-    Returns the parent's ``(B, 2, T)`` tensors plus ``mlm_input_ids`` and ``mlm_labels`` of shape ``(B, T)``.
+    Returns the parent's ``(B, 2, T)`` tensors (view 0 untouched) plus ``mlm_input_ids`` and ``mlm_labels`` of shape
+    ``(B, T)``.
     """
 
-    mask_rate: float = 0.15
+    config: CMLMCSEConfig = field(kw_only=True)
     masker: DataCollatorForLanguageModeling = field(init=False, repr=False)
 
     def __post_init__(self):
-        if not 0 < self.mask_rate < 1:
-            raise DataError(f"mask_rate must be in (0, 1), got {self.mask_rate}")
         if self.tokenizer.mask_token is None:
             raise DataError(f"{type(self.tokenizer).__name__} has no mask token: CMLM-CSE needs one")
-        self.masker = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.mask_rate)
+        self.masker = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.config.mask_rate)
 
     def __call__(self, features: list) -> dict:
         batch = super().__call__(features)
@@ -116,8 +119,15 @@ class CMLMCSETrainer(SimCSETrainer):
         contrastive = super().compute_losses(model, outputs, inputs)["contrastive"]
         if outputs.mlm_loss is None:
             raise DataError("CMLM-CSE batches need mlm_input_ids/mlm_labels: use CMLMCSECollator")
-        total = config.contrastive_weight * contrastive + config.mlm_weight * outputs.mlm_loss
-        return {"loss": total, "contrastive": contrastive, "mlm": outputs.mlm_loss}
+        mlm = outputs.mlm_loss
+        if self.gather_across_processes:
+            # the model's loss is the mean over this process's masked tokens; rescale it so that DDP's gradient average
+            # is the mean over the masked tokens of all processes, as one process with the whole batch computes
+            masked = (inputs["mlm_labels"] != IGNORE_INDEX).sum()
+            all_masked = self.accelerator.reduce(masked, reduction="sum").clamp(min=1)
+            mlm = mlm * masked * self.accelerator.num_processes / all_masked
+        total = config.contrastive_weight * contrastive + config.mlm_weight * mlm
+        return {"loss": total, "contrastive": contrastive, "mlm": mlm}
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
         if _internal_call:  # a training checkpoint: keep the auxiliary network

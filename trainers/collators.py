@@ -39,9 +39,14 @@ class ContrastiveCollator:
     def __call__(self, features: list) -> dict:
         views = self.view_texts(features)
         batch_size, num_views = len(features), len(views)
+        if all(texts is views[0] for texts in views):  # unsupervised, no augmentation: tokenize once, repeat
+            tokens = self.tokenize(views[0])
+            return {key: value.unsqueeze(1).repeat(1, num_views, 1) for key, value in tokens.items()}
         # view-major flattening then a transpose keeps one tokenizer call for the whole batch
-        flat = [text for texts in views for text in texts]
-        tokens = self.tokenizer(flat, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        tokens = self.tokenize([text for texts in views for text in texts])
         return {
             key: value.reshape(num_views, batch_size, -1).transpose(0, 1).contiguous() for key, value in tokens.items()
         }
+
+    def tokenize(self, texts: list) -> dict:
+        return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")

@@ -60,8 +60,8 @@ def read_hub_dataset(name: str) -> dict:
     repo, _, config = name.partition(":")
     try:
         dataset = datasets.load_dataset(repo, config or None, split="train")
-    except FileNotFoundError as error:  # datasets' "doesn't exist on the Hub or cannot be accessed"
-        offline = " (HF_HUB_OFFLINE=1 is set and it is not cached)" if constants.is_offline_mode() else ""
+    except (FileNotFoundError, ConnectionError) as error:  # not on the Hub / not reachable and not cached
+        offline = " (HF_HUB_OFFLINE=1 is set and it is not in the datasets cache)" if constants.is_offline_mode() else ""
         raise DataError(f"{name}: no such local file or Hub dataset{offline}: {str(error).splitlines()[0]}") from None
     except ValueError as error:  # e.g. an unknown config name
         raise DataError(f"{name}: {str(error).splitlines()[0]}") from None

@@ -82,12 +82,7 @@ class EmbeddingCache:
         ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled`` (:class:`~csekit.modeling.CLSRModel`).
         """
         sentences = list(sentences)
-        expected = {
-            "format": CACHE_FORMAT,
-            "model_fingerprint": model_fingerprint(model, max_length),
-            "data_fingerprint": data_fingerprint(sentences),
-            "rows": str(len(sentences)),
-        }
+        expected = self._fingerprints(model, sentences, max_length)
         path = self.path_for(expected["model_fingerprint"], expected["data_fingerprint"])
         reason = None
         if path.exists():
@@ -100,6 +95,26 @@ class EmbeddingCache:
         ).float().clone()  # clone: a normal tensor, not an inference-mode one (those cannot enter autograd graphs)
         self._store(path, vectors, expected)
         return CachedEmbeddings(vectors, path, "built" if reason is None else f"rebuilt ({reason})")
+
+    def put(self, model, sentences: Sequence[str], vectors: torch.Tensor, max_length: Optional[int] = None) -> Path:
+        """Store ``vectors`` pooled elsewhere (e.g. a share by each of several processes) as the entry of
+        ``(model, sentences)``; returns its path."""
+        sentences = list(sentences)
+        if vectors.dim() != 2 or vectors.shape[0] != len(sentences):
+            raise ValueError(f"vectors of shape {tuple(vectors.shape)} for {len(sentences)} sentences")
+        expected = self._fingerprints(model, sentences, max_length)
+        path = self.path_for(expected["model_fingerprint"], expected["data_fingerprint"])
+        self._store(path, vectors.float(), expected)
+        return path
+
+    @staticmethod
+    def _fingerprints(model, sentences: list, max_length: Optional[int]) -> dict:
+        return {
+            "format": CACHE_FORMAT,
+            "model_fingerprint": model_fingerprint(model, max_length),
+            "data_fingerprint": data_fingerprint(sentences),
+            "rows": str(len(sentences)),
+        }
 
     @staticmethod
     def _load(path: Path, expected: dict):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+import torch
 import yaml
 from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
@@ -147,6 +148,13 @@ class CSETrainingArguments(TrainingArguments):
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
 
+    def __post_init__(self):
+        # A host without a GPU (or other accelerator) trains on CPU. Saying so is also what makes the processes of
+        # `accelerate launch --multi_gpu --num_processes N` join one gloo group; otherwise each trains alone.
+        if not torch.accelerator.is_available():
+            self.use_cpu = True
+        super().__post_init__()
+
 
 def parse_recipe_args(
     dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
@@ -257,6 +265,8 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         raise DataError("--push_to_hub needs --hub_model_id namespace/name and the test evaluation (the card's scores)")
     if publish and constants.is_offline_mode():  # say so now, not after hours of training
         raise DataError("--push_to_hub: HF_HUB_OFFLINE is set, so the Hub cannot be reached; unset it to push")
+    if training_args.fp16 and training_args.device.type == "cpu":  # accelerate would silently train in float32
+        raise DataError("--fp16 needs a GPU; on CPU use --bf16 true (bfloat16 autocast)")
     training_args.push_to_hub = False  # the Trainer must not push checkpoints: we publish once, after the test scores
     set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)

@@ -2,6 +2,7 @@
 
     csekit evaluate MODEL --tasks sts [--pooler P] [--batch-size N] [--max-length L] [--device D]
                           [--data-dir DIR] [--output results.json]
+    csekit evaluate MODEL --tasks transfer,clustering [--transfer-protocol senteval|fast] [--transfer-jobs N]
 """
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 from ..data import resolve_data_dir
 from ..errors import DataError
 from .sts import STS_TASKS, STSEvaluator, format_sts_table
+from .transfer import PROTOCOLS as TRANSFER_PROTOCOLS
 
 EVALUATION_SUITES = ("sts", "transfer", "clustering", "geometry")
 
@@ -43,6 +45,15 @@ def add_evaluate_parser(subparsers) -> None:
         help="transfer: cap training examples per task (seeded stratified subsample; whole task for CV tasks).",
     )
     parser.add_argument(
+        "--transfer-protocol", choices=TRANSFER_PROTOCOLS, default="senteval",
+        help="transfer: 'senteval' = SentEval's scikit-learn protocol (raw features; C by inner 10-fold CV, 10-fold "
+        "CV on train or the dev split; 11 tasks with SICK-R and STS-B); 'fast' = the earlier StandardScaler + C=1 "
+        "shortcut on 9 tasks (quick runs; z-scoring is a no-op there).",
+    )
+    parser.add_argument(
+        "--transfer-jobs", type=int, default=1, help="transfer: cross-validation folds fitted in parallel (joblib)."
+    )
+    parser.add_argument(
         "--clustering-max-examples", type=int, default=None, help="clustering: cap texts per dataset (seeded subsample)."
     )
     parser.add_argument("--clustering-runs", type=int, default=10, help="clustering: k-means runs averaged per dataset.")
@@ -60,7 +71,7 @@ def run_evaluate(args) -> int:
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(EVALUATION_SUITES)}")
     if args.batch_size < 1:
         raise DataError(f"--batch-size must be >= 1, got {args.batch_size}")
-    for flag in ("transfer_max_train", "clustering_max_examples", "clustering_runs"):
+    for flag in ("transfer_max_train", "transfer_jobs", "clustering_max_examples", "clustering_runs"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise DataError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     resolve_device(args.device)  # a bad --device fails before any data is read
@@ -72,7 +83,10 @@ def run_evaluate(args) -> int:
         record["sts"] = evaluator(embed)
         print(format_sts_table({args.model: record["sts"]}, title="STS (Spearman x100, SentEval 'all')"))
     record.update(
-        evaluate_suites(suites, data_dir, embed, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs)
+        evaluate_suites(
+            suites, data_dir, embed, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
+            args.transfer_protocol, args.transfer_jobs,
+        )
     )
     for suite in ("transfer", "clustering", "geometry"):
         if suite in record:

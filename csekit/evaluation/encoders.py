@@ -76,7 +76,8 @@ def load_embedder(
         raise DataError(f"{name_or_path}: cannot read its config or tokenizer ({str(error).splitlines()[0]})") from None
     if config.model_type.startswith("csekit-"):
         overrides = {} if pooler is None else {"pooler_type": pooler}
-        model = AutoModel.from_pretrained(path, local_files_only=True, **overrides).to(device).eval()
+        model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32, **overrides)
+        model = model.to(device).eval()
         model.tokenizer = tokenizer
         info = {"model": name_or_path, "pooler": model.config.pooler_type}
 
@@ -87,7 +88,8 @@ def load_embedder(
     defaults = sentence_transformers_defaults(path)
     pooler = pooler or defaults.get("pooler", "cls")
     max_length = max_length or defaults.get("max_length")
-    model = AutoModel.from_pretrained(path, local_files_only=True).to(device)
+    # scored in float32 (SentEval's precision) whatever dtype the checkpoint was stored in
+    model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).to(device)
     encoder = HFSentenceEncoder(model, tokenizer, pooler)
 
     def embed(sentences):

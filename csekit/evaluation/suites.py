@@ -14,7 +14,7 @@ from .transfer import TransferEvaluator
 
 SUITE_TITLES = {
     "sts": "STS (Spearman x100, SentEval 'all')",
-    "transfer": "Transfer (logistic regression accuracy x100)",
+    "transfer": "Transfer (logistic regression accuracy x100; SICK-R / STS-B: Pearson x100)",
     "clustering": "Clustering (k-means accuracy x100, Hungarian, mean of runs)",
     "geometry": "Geometry (alignment/uniformity on STS-B train: lower is better; IsoScore on WikiText-2: 0..1)",
 }
@@ -27,11 +27,18 @@ def evaluate_suites(
     transfer_max_train: Optional[int] = None,
     clustering_max_examples: Optional[int] = None,
     clustering_runs: int = 10,
+    transfer_protocol: str = "senteval",
+    transfer_jobs: int = 1,
 ) -> dict:
-    """``{suite: results}`` for the transfer / clustering / geometry suites named in ``suites`` (others ignored)."""
+    """``{suite: results}`` for the transfer / clustering / geometry suites named in ``suites`` (others ignored).
+
+    ``transfer_protocol``: ``senteval`` or ``fast`` (see :mod:`csekit.evaluation.transfer`); ``transfer_jobs``:
+    folds fitted in parallel in its C search."""
     record = {}
     if "transfer" in suites:
-        record["transfer"] = TransferEvaluator(data_dir, max_train=transfer_max_train)(embed)
+        evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train, protocol=transfer_protocol,
+                                      n_jobs=transfer_jobs)
+        record["transfer"] = evaluator(embed)
     if "clustering" in suites:
         evaluator = ClusteringEvaluator(data_dir, max_examples=clustering_max_examples, runs=clustering_runs)
         record["clustering"] = evaluator(embed)

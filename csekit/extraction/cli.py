@@ -14,6 +14,7 @@ from ..data import read_reference_corpus, resolve_data_dir, resolve_data_file
 from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
 from ..evaluation.suites import SUITE_TITLES, format_table
+from ..evaluation.transfer import PROTOCOLS as TRANSFER_PROTOCOLS
 from ..loading import resolve_device
 from .extractor import AGGREGATIONS, LAYER_PRESETS, Extractor, HiddenStateCache, load_reference
 from .grid import STS_FIT_SETS, SUITES, evaluation_units, run_grid
@@ -115,6 +116,10 @@ def add_extract_parser(subparsers) -> None:
         help="Cap training examples per transfer task (seeded stratified subsample; whole task for CV tasks).",
     )
     parser.add_argument(
+        "--transfer-protocol", choices=TRANSFER_PROTOCOLS, default="senteval",
+        help="Transfer classifiers: senteval (SentEval's scikit-learn protocol) or fast (StandardScaler + C=1).",
+    )
+    parser.add_argument(
         "--clustering-max-examples", type=_positive, default=None,
         help="Cap texts per clustering dataset (seeded random subsample).",
     )
@@ -147,7 +152,7 @@ def run_extract(args) -> int:
     suites = _list(args.tasks)
     units = evaluation_units(
         suites, data_dir, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
-        _list(args.sts_tasks) if args.sts_tasks else None, sts_fit_set=args.sts_fit_set,
+        _list(args.sts_tasks) if args.sts_tasks else None, args.transfer_protocol, sts_fit_set=args.sts_fit_set,
     )
     avg_corpus = None
     if args.avg_corpus:

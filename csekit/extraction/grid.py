@@ -42,7 +42,7 @@ def sts_fit_sentences(data_dir, task: str, fit_set: str) -> Optional[list]:
 
 def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, clustering_max_examples=None,
                      clustering_runs: int = 10, sts_tasks: Optional[Sequence[str]] = None,
-                     sts_fit_set: str = "test") -> list:
+                     transfer_protocol: str = "senteval", sts_fit_set: str = "test") -> list:
     """``(suite, name, score(embed))`` per dataset: each unit embeds one dataset, so target-fitted post-processing and
     idf^T see exactly that dataset's texts (one STS task, one transfer task, one clustering dataset); for STS the
     fit set is chosen by ``sts_fit_set`` (:func:`sts_fit_sentences`)."""
@@ -64,7 +64,7 @@ def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, c
 
                 units.append((suite, task, score))
         elif suite == "transfer":
-            evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train)
+            evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train, protocol=transfer_protocol)
             units += [(suite, n, lambda embed, e=evaluator, n=n: e.evaluate_task(n, embed)) for n in evaluator.tasks]
         elif suite == "clustering":
             evaluator = ClusteringEvaluator(data_dir, max_examples=clustering_max_examples, runs=clustering_runs)

@@ -1,8 +1,9 @@
 """``csekit card``, ``csekit push`` and ``csekit export-st``: publishing a trained model folder.
 
-    csekit card MODEL_DIR [--repo-id ORG/NAME] [--license L] [--figure missing|always|never] [--data-dir DIR]
+    csekit card MODEL [--output FILE] [--repo-id ORG/NAME] [--license L] [--figure missing|always|never]
+                [--data-dir DIR]
     csekit push MODEL_DIR ORG/NAME [--private] [--keep-card] [--dry-run]
-    csekit export-st MODEL_DIR OUT_DIR [--layout auto|plain|remote-code] [--overwrite]
+    csekit export-st MODEL OUT_DIR [--layout auto|plain|remote-code] [--overwrite]
 """
 
 from ..errors import DataError
@@ -12,12 +13,15 @@ def add_card_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "card",
         help="(Re)generate README.md, the model card, of a csekit model folder from its recorded results.",
-        description="Render the model card of MODEL_DIR from config.json, training_args.json and eval_results.json "
+        description="Render the model card of MODEL from config.json, training_args.json and eval_results.json "
         "(every reproduced number comes from that file) with the method family's template in model_cards/. The "
         "alignment/uniformity figure is drawn by encoding the STS-B train sentences when it is missing.",
     )
-    parser.add_argument("model_dir", metavar="MODEL_DIR", help="A csekit model folder with eval_results.json.")
-    parser.add_argument("--repo-id", default=None, help="Hub id used in the card's loading snippets.")
+    parser.add_argument("model_dir", metavar="MODEL", help="A csekit model folder with eval_results.json, or the Hub id "
+                        "of a published csekit model (then --output is required).")
+    parser.add_argument("--output", default=None, help="Write the card here instead of MODEL/README.md.")
+    parser.add_argument("--repo-id", default=None, help="Hub id used in the card's loading snippets (default: the "
+                        "Hub id of MODEL, else <your-namespace>/<folder name>).")
     parser.add_argument("--license", default="apache-2.0", help="License in the card metadata (that of the weights).")
     parser.add_argument(
         "--figure", default="missing", choices=("missing", "always", "never"),
@@ -31,7 +35,7 @@ def add_card_parser(subparsers) -> None:
 def run_card(args) -> int:
     from .model_card import write_model_card
 
-    path = write_model_card(args.model_dir, args.repo_id, args.license, args.figure, args.data_dir)
+    path = write_model_card(args.model_dir, args.repo_id, args.license, args.figure, args.data_dir, args.output)
     print(f"wrote {path}")
     return 0
 
@@ -72,13 +76,13 @@ def add_export_st_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "export-st",
         help="Write a sentence-transformers version of a csekit model (embeddings checked equal to 1e-5).",
-        description="Make MODEL_DIR loadable with SentenceTransformer(OUT_DIR). The 'plain' layout (Transformer + "
+        description="Make MODEL (a csekit folder or Hub id) loadable with SentenceTransformer(OUT_DIR). The 'plain' layout (Transformer + "
         "Pooling, no custom code) is used when the model is a backbone with last-layer [CLS]/mean pooling and no "
         "inference head; otherwise 'remote-code' ships the csekit model with a small sentence-transformers module "
         "(load with trust_remote_code=True). The export compares both models' embeddings of probe sentences and "
         "writes nothing unless they agree to 1e-5.",
     )
-    parser.add_argument("model_dir", metavar="MODEL_DIR", help="A csekit model folder.")
+    parser.add_argument("model_dir", metavar="MODEL", help="A csekit model folder or the Hub id of a csekit model.")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="Folder to create.")
     parser.add_argument("--layout", default="auto", choices=("auto", "plain", "remote-code"),
                         help="auto: plain when possible, else remote-code.")

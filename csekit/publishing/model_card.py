@@ -21,7 +21,8 @@ from transformers import AutoConfig
 from ..errors import DataError
 from ..evaluation.encoders import load_embedder
 from ..evaluation.sts import STS_TASKS
-from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE
+from ..atomic import write_json, write_text
+from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
 from .figure import FIGURE_FILE, alignment_uniformity_figure
 
@@ -127,7 +128,10 @@ def other_result_rows(record: dict) -> list:
 
 
 def build_card_data(title: str, config, record: dict, arguments: Optional[dict], license: str) -> ModelCardData:
+    """The card's metadata; tasks the record marks ``contaminated`` (training data overlapped their test set) are
+    left out of the model-index, which would otherwise publish them as test results."""
     method = config.model_type.removeprefix("csekit-")
+    contaminated = record.get("contaminated", {})
     eval_results = [
         EvalResult(
             task_type="sentence-similarity", task_name="Semantic Textual Similarity",
@@ -135,8 +139,8 @@ def build_card_data(title: str, config, record: dict, arguments: Optional[dict],
             metric_type="spearman", metric_name="Spearman correlation of cosine similarity (x100)",
             metric_value=record["sts"][task],
         )
-        for task in STS_TASKS
-    ]
+        for task in STS_TASKS if task not in contaminated
+    ] or None
     return ModelCardData(
         model_name=title, library_name="transformers", pipeline_tag="feature-extraction", license=license,
         tags=["csekit", method, "sentence-embeddings", "sentence-similarity", "custom_code"],
@@ -181,6 +185,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         sts_columns=STS_COLUMNS,
         sts=record["sts"],
         base_sts=record.get("base_sts"),
+        contaminated=record.get("contaminated", {}),
         other_results=other_result_rows(record),
         figure=FIGURE_FILE if (folder / FIGURE_FILE).is_file() else None,
         comparison=comparison.read_text().strip() if comparison.is_file() else None,
@@ -198,23 +203,35 @@ def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128) -> dict:
     embed, _ = load_embedder(str(folder), batch_size=batch_size)
     numbers = alignment_uniformity_figure(embed, resolve_data_dir(data_dir), folder / FIGURE_FILE)
     record["geometry"] = {**record.get("geometry", {}), **numbers}
-    (folder / RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    write_json(folder / RESULTS_FILE, record)
     return numbers
 
 
 def write_model_card(
-    model_dir, repo_id: Optional[str] = None, license: str = "apache-2.0", figure: str = "missing", data_dir=None
+    model, repo_id: Optional[str] = None, license: str = "apache-2.0", figure: str = "missing", data_dir=None,
+    output=None,
 ) -> Path:
-    """(Re)write ``README.md`` in the folder; ``figure``: ``missing`` (draw it if absent), ``always``, ``never``."""
+    """Render the card of ``model`` and write it (atomically); returns the card's path.
+
+    Args:
+        model: a csekit model folder (the card goes to its ``README.md`` by default) or a Hub id of a csekit model
+            (read through the Hugging Face cache; ``output`` is then required and ``repo_id`` defaults to the id).
+        figure: ``missing`` (draw ``alignment_uniformity.png`` into a local folder when absent), ``always``,
+            ``never``. A Hub model's card shows the figure only when the repository has one.
+        output: where the card goes instead of ``<folder>/README.md``.
+    """
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
-    folder = Path(model_dir)
+    local = Path(model).is_dir()
+    folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
+    if not local:
+        if output is None:
+            raise DataError(f"{model}: the card of a Hub model is written to --output FILE (the cache is read-only)")
+        repo_id = repo_id or model
     load_eval_record(folder)  # fail on a bad folder before any encoding
-    if figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file()):
+    if local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file())):
         evaluate_figure(folder, data_dir)
-    path = folder / "README.md"
-    path.write_text(str(render_model_card(folder, repo_id, license)))
-    return path
+    return write_text(Path(output) if output else folder / "README.md", str(render_model_card(folder, repo_id, license)))
 
 
 __all__ = [

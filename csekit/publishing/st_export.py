@@ -122,7 +122,7 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
             modules = json.loads((staged / "modules.json").read_text())
             modules[0]["type"] = f"{ST_MODULE_FILE.stem}.CSEKitEncoder"  # the copy in the folder, not csekit's
             (staged / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
-        card = Path(model_dir) / "README.md"
+        card = Path(resolve_model_path(str(model_dir))) / "README.md"
         if card.is_file():
             shutil.copy(card, staged / "README.md")
         loaded = SentenceTransformer(str(staged), device="cpu", local_files_only=True,

@@ -1,0 +1,95 @@
+"""Speed work (issue 15): benchmarks/gpu_throughput.py stays runnable on the CPU at tiny sizes and its JSON holds
+what RESULTS.md reads; the speed-ups in the training path leave their outputs unchanged."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT
+from csekit.data import read_sentences
+from csekit.trainers.collators import ContrastiveCollator
+
+WIKI1M_STEPS = 15_625  # issue 15: 1,000,000 sentences / 64
+
+
+@pytest.fixture
+def gpu_throughput(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))  # as `python benchmarks/gpu_throughput.py` runs it
+    import gpu_throughput
+
+    return gpu_throughput
+
+
+def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, minilm_path, data_dir, tmp_path):
+    wiki = data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt"
+    gpu_throughput.main(["--device", "cpu", "--size", "tiny", "--steps", "2", "--warmup", "1", "--st",
+                         "--trainer-steps", "2", "--profile", "--peak-tflops", "1.0", "--threads", "1",
+                         "--model-config", str(minilm_path), "--data-file", str(wiki), "--output", str(tmp_path)])
+    record = json.loads((tmp_path / "gpu_throughput.json").read_text())
+    assert (tmp_path / "gpu_throughput.md").read_text().startswith("Command: `python benchmarks/gpu_throughput.py")
+    assert record["errors"] == []
+    results = {r["name"]: r for r in record["results"]}
+    assert list(results) == ["SimCSE", "WhitenedCSE", "CMLM-CSE", "sentence-transformers MNRL"]
+    assert record["model"] == {"layers": 2, "hidden": 32} and record["precision"] == "fp32"
+    for r in results.values():
+        seconds = r["seconds_per_step"]
+        assert r["steps"] == 2 and seconds > 0 and r["step_seconds"]["min"] <= r["step_seconds"]["max"]
+        assert r["steps_per_second"] == pytest.approx(1 / seconds)
+        # every wiki head batch reaches the 32-token cap: 64 sentences x 2 views x 32 padded tokens per step
+        assert r["tokens_per_second"] * seconds == pytest.approx(64 * 2 * 32)
+        assert r["real_tokens_per_second"] < r["tokens_per_second"]
+        assert r["epoch_seconds"] == pytest.approx(WIKI1M_STEPS * seconds)
+        assert r["epoch_seconds_with_collation"] > r["epoch_seconds"]
+        assert r["achieved_tflops"] == pytest.approx(r["tflop_per_step"] / seconds)
+        assert r["mfu"] == pytest.approx(r["achieved_tflops"] / 1.0)
+        assert r["step_time_vs_simcse"] == pytest.approx(seconds / results["SimCSE"]["seconds_per_step"])
+        slug = "sentence_transformers_mnrl" if r["method"] == "st" else r["method"]
+        assert (tmp_path / f"profile_{slug}.txt").is_file()
+    simcse = results["SimCSE"]
+    # the formula 6ND + 12LHTD counts the two views: it must agree with the FLOPs torch counts on the real step
+    assert simcse["formula_tflop_per_step"] == pytest.approx(simcse["counted_tflop_per_step"], rel=0.02)
+    # CMLM-CSE adds the auxiliary network's work; sentence-transformers runs the same model as SimCSE
+    assert results["CMLM-CSE"]["counted_tflop_per_step"] > simcse["counted_tflop_per_step"]
+    assert results["sentence-transformers MNRL"]["counted_tflop_per_step"] == pytest.approx(
+        simcse["counted_tflop_per_step"], rel=0.02)
+    names = [t["name"] for t in record["trainer"]]
+    assert names == [f"SimCSE, Trainer.train() {name}" for name, _ in gpu_throughput.TRAINER_VARIANTS] + [
+        "sentence-transformers, SentenceTransformerTrainer"] and names[0].endswith("(recipe defaults)")
+    for t in record["trainer"]:
+        assert t["seconds_per_step"] > 0 and t["steps"] == 1
+        assert t["epoch_seconds"] == pytest.approx(WIKI1M_STEPS * t["seconds_per_step"])
+    assert record["target"]["run"] and record["target"]["met"] == (record["target"]["epoch_seconds"] <= 300)
+
+
+def test_gpu_throughput_rejects_an_unknown_method_in_one_line(gpu_throughput, minilm_path, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_throughput.main(["--device", "cpu", "--size", "tiny", "--steps", "1", "--warmup", "0", "--methods",
+                             "simcse,nope", "--model-config", str(minilm_path), "--output", str(tmp_path)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: --methods") and error.count("\n") == 1
+
+
+class CountingTokenizer:
+    def __init__(self, tokenizer):
+        self.tokenizer, self.texts = tokenizer, 0
+
+    def __call__(self, texts, **kwargs):
+        self.texts += len(texts)
+        return self.tokenizer(texts, **kwargs)
+
+
+@pytest.mark.parametrize("views", [2, 3])
+def test_unsupervised_collation_tokenizes_once_and_equals_tokenizing_every_view(tokenizer, data_dir, views):
+    sentences = read_sentences(data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt")[:64]
+    counting = CountingTokenizer(tokenizer)
+    batch = ContrastiveCollator(counting, max_length=32, unsupervised_views=views)([{"sent0": s} for s in sentences])
+    assert counting.texts == 64  # each sentence tokenized once, not once per view
+    # reference: every view's copy of the sentences tokenized, padded to the longest of the whole batch
+    reference = tokenizer(sentences * views, padding=True, truncation=True, max_length=32, return_tensors="pt")
+    assert set(batch) == set(reference)
+    for key, value in reference.items():
+        assert batch[key].shape == (64, views, value.shape[-1])
+        for view in range(views):
+            assert torch.equal(batch[key][:, view], value[view * 64 : (view + 1) * 64])

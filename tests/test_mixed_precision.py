@@ -1,0 +1,104 @@
+"""Mixed precision through the recipes' real Trainer loop: with ``--bf16 true`` (``--fp16 true`` on a GPU) the encoder
+computes in half precision, while the similarities, the losses and the whitening stay float32 (accelerate returns the
+model's outputs in float32 and ``losses.py`` upcasts; ``GroupWhitening`` runs outside autocast). On CPU ``--fp16`` is
+refused: accelerate would silently train in float32.
+"""
+
+import dataclasses
+import importlib
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from conftest import recipe_flags
+from csekit.errors import DataError
+from csekit.modeling import losses
+from csekit.trainers.recipe import run_recipe
+
+
+def train_recording(method: str, backbone: Path, corpus: Path, output_dir: Path, monkeypatch, *extra) -> dict:
+    """Train 2 steps; returns ``{what: {dtypes seen in training}}`` for the encoder's linear layers, the whitening,
+    the cosine similarities, the model's embeddings and every loss component."""
+    recipe = importlib.import_module(f"csekit.recipes.{method}").RECIPE
+    seen = defaultdict(set)
+
+    def record(what):
+        def hook(module, inputs, output):
+            if module.training:
+                seen[what].add(output.dtype)
+        return hook
+
+    class Recording(recipe.trainer_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for module in self.model.encoder.modules():
+                if isinstance(module, nn.Linear):
+                    module.register_forward_hook(record("encoder"))
+            if hasattr(self.model, "whitening"):
+                self.model.whitening.register_forward_hook(record("whitening"))
+
+        def compute_losses(self, model, outputs, inputs):
+            components = super().compute_losses(model, outputs, inputs)
+            seen["embeddings"].add(outputs.embeddings.dtype)
+            seen["losses"].update(value.dtype for value in components.values())
+            return components
+
+    cosine_logits = losses.cosine_logits
+
+    def recorded_cosine_logits(*args, **kwargs):
+        logits = cosine_logits(*args, **kwargs)
+        seen["similarities"].add(logits.dtype)
+        return logits
+
+    monkeypatch.setattr(losses, "cosine_logits", recorded_cosine_logits)
+    argv = ["--model_name_or_path", backbone, "--train_file", corpus, "--output_dir", output_dir,
+            "--per_device_train_batch_size", 8, "--max_steps", 2, "--save_steps", 2, "--eval_strategy", "no",
+            "--load_best_model_at_end", "false", "--logging_steps", 1, "--max_seq_length", 16, "--do_test_eval",
+            "false", "--seed", 7, *recipe_flags(method), *extra]
+    run_recipe(dataclasses.replace(recipe, trainer_class=Recording), *recipe.parse([str(a) for a in argv]))
+    return seen
+
+
+def assert_half_encoder_float32_rest(seen: dict, half: torch.dtype, method: str) -> None:
+    assert seen["encoder"] == {half}  # every linear layer of the backbone ran in half precision
+    # accelerate hands the model's outputs to the loss in float32 (losses.py would upcast them too: test_losses.py)
+    assert seen["embeddings"] == seen["losses"] == {torch.float32}
+    if method == "whitenedcse":  # its loss computes the similarities itself, in float32 (``losses`` == float32)
+        assert seen["whitening"] == {torch.float32}
+    else:
+        assert seen["similarities"] == {torch.float32}
+
+
+@pytest.mark.parametrize("method", ["simcse", "cmlm_cse", "whitenedcse"])
+def test_bf16_runs_the_encoder_in_bf16_and_keeps_similarities_losses_and_whitening_float32(
+    method, tiny_backbone, corpus, tmp_path, monkeypatch
+):
+    seen = train_recording(method, tiny_backbone, corpus, tmp_path, monkeypatch, "--bf16", "true")
+    assert_half_encoder_float32_rest(seen, torch.bfloat16, method)
+    history = json.loads((tmp_path / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    logged = [h for h in history if "loss" in h]
+    assert len(logged) == 2 and all(np.isfinite(h["loss"]) and np.isfinite(h["loss_contrastive"]) for h in logged)
+
+
+def test_without_bf16_everything_is_float32(tiny_backbone, corpus, tmp_path, monkeypatch):
+    seen = train_recording("simcse", tiny_backbone, corpus, tmp_path, monkeypatch)
+    assert seen["encoder"] == seen["embeddings"] == seen["losses"] == {torch.float32}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast needs a GPU (on CPU it is refused, below)")
+@pytest.mark.parametrize("method", ["simcse", "whitenedcse"])
+def test_fp16_runs_the_encoder_in_fp16_and_keeps_similarities_losses_and_whitening_float32(
+    method, tiny_backbone, corpus, tmp_path, monkeypatch
+):
+    seen = train_recording(method, tiny_backbone, corpus, tmp_path, monkeypatch, "--fp16", "true")
+    assert_half_encoder_float32_rest(seen, torch.float16, method)
+
+
+def test_fp16_on_cpu_is_refused(tiny_backbone, corpus, tmp_path, monkeypatch):
+    with pytest.raises(DataError, match="--fp16 needs a GPU"):
+        train_recording("simcse", tiny_backbone, corpus, tmp_path, monkeypatch, "--fp16", "true", "--use_cpu", "true")

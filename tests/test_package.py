@@ -1,0 +1,290 @@
+"""csekit as a library people install: one namespace, a lean import with no side effect, no import cycle, recipes
+that run three ways with flags taken from the model configs, a wheel that works outside the checkout, declared
+dependencies that are used, and a Dockerfile whose CUDA build is one argument away."""
+
+import ast
+import configparser
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+PACKAGE_DIRS = {"csekit": "csekit", "csekit.modeling": "modeling", "csekit.trainers": "trainers",
+                "csekit.recipes": "recipes", "csekit.model_cards": "model_cards"}
+RECIPES = ("simcse", "whitenedcse", "cmlm_cse", "clsr")
+
+
+def fresh_python(code: str, cwd=None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd or REPO_ROOT.parent, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def csekit_modules() -> dict:
+    """``{module name: source path}`` of every module csekit installs (the package_dir mapping of setup.cfg)."""
+    modules = {}
+    for package, folder in PACKAGE_DIRS.items():
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(REPO_ROOT / folder).with_suffix("")
+            parts = [p for p in relative.parts if p != "__init__"]
+            modules[".".join([package, *parts])] = path
+    return modules
+
+
+# ------------------------------------------------------------------------------------------------ the namespace
+def test_setup_installs_one_namespace_over_the_design_card_folders():
+    config = configparser.ConfigParser()
+    config.read(REPO_ROOT / "setup.cfg")
+    mapping = dict(line.split(" = ") for line in config["options"]["package_dir"].strip().splitlines())
+    assert mapping == PACKAGE_DIRS
+    packages = config["options"]["packages"].split()
+    assert all(name == "csekit" or name.startswith("csekit.") for name in packages)
+    assert config["options.entry_points"]["console_scripts"].strip() == "csekit = csekit.cli:main"
+
+
+def test_import_csekit_registers_models_and_is_lean():
+    baseline = fresh_python("import sys, transformers; from transformers import PreTrainedModel; "
+                            "print(sorted(m for m in ('jinja2', 'sklearn', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import sys\n"
+        "import csekit\n"
+        "from transformers import AutoConfig, AutoModel\n"
+        "from csekit import SimCSEModel, WhitenedCSEModel, CMLMCSEModel, CLSRModel\n"
+        "for cls in (SimCSEModel, WhitenedCSEModel, CMLMCSEModel, CLSRModel):\n"
+        "    config = AutoConfig.for_model(cls.config_class.model_type)\n"
+        "    assert type(config) is cls.config_class and AutoModel._model_mapping[cls.config_class] is cls\n"
+        "print(sorted(m for m in ('jinja2', 'sklearn', 'matplotlib', 'datasets', 'sentence_transformers') "
+        "if m in sys.modules))\n"
+        "from csekit import SimCSETrainer, STSEvaluator\n"  # the lazy names resolve
+    )
+    result = fresh_python(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = eval(result.stdout.strip().splitlines()[-1])
+    # jinja2 is imported by transformers itself (its chat-template utilities); csekit adds none of these
+    assert loaded == eval(baseline.stdout.strip().splitlines()[-1])
+    assert "sklearn" not in loaded and "matplotlib" not in loaded
+
+
+def test_importing_every_module_has_no_global_side_effect():
+    names = [name for name in csekit_modules() if not name.startswith("csekit.recipes.") and name != "csekit.__main__"]
+    code = (
+        "import importlib, matplotlib\n"
+        "before = matplotlib.rcParams._get_backend_or_none()\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "after = matplotlib.rcParams._get_backend_or_none()\n"
+        "assert before == after, (before, after)\n"
+        "import matplotlib.pyplot\n"  # pyplot can still pick the user's backend
+        "print('ok')\n"
+    )
+    result = fresh_python(code)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def module_imports(name: str, path: Path) -> set:
+    """csekit modules imported at module level by ``name`` (imports inside functions are lazy and excluded)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            candidates = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(c for c in candidates if c == "csekit" or c.startswith("csekit."))
+    return found
+
+
+def test_no_import_cycle_and_layers_point_one_way():
+    modules = csekit_modules()
+    graph = {name: {m for m in module_imports(name, path) if m in modules and m != name}
+             for name, path in modules.items()}
+    # a package imports its __init__ first: an edge into a package also reaches the package's own imports
+    state = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for successor in graph[node]:
+            if state.get(successor) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(successor):] + [successor]))
+            if successor not in state:
+                visit(successor, stack + [successor])
+        state[node] = "done"
+
+    for node in graph:
+        if node not in state:
+            visit(node, [node])
+    # layers: models import nothing of csekit; evaluation does not import extraction, publishing or trainers
+    for name, imports in graph.items():
+        if name.startswith("csekit.modeling"):
+            assert all(m.startswith("csekit.modeling") for m in imports), (name, imports)
+        if name.startswith("csekit.evaluation"):
+            assert not any(m.startswith(("csekit.extraction", "csekit.publishing", "csekit.trainers"))
+                           for m in imports), (name, imports)
+
+
+@pytest.mark.parametrize("model_class, expected", [
+    ("SimCSEModel", {"configuration_encoder", "configuration_simcse", "encoding", "modeling_encoder",
+                     "modeling_simcse", "pooling"}),
+    ("CLSRModel", {"configuration_clsr", "configuration_encoder", "encoding", "modeling_clsr", "modeling_encoder",
+                   "pooling"}),
+])
+def test_saved_folder_carries_only_the_code_its_class_needs(model_class, expected, tmp_path):
+    import csekit
+    from conftest import tiny_bert_config
+
+    model_cls = getattr(csekit, model_class)
+    model_cls(model_cls.config_class(encoder_config=tiny_bert_config(vocab_size=100).to_dict())).save_pretrained(tmp_path)
+    assert {path.stem for path in tmp_path.glob("*.py")} == expected
+
+
+# ------------------------------------------------------------------------------------------------ the recipes
+def flags(help_text: str) -> set:
+    return set(re.findall(r"--(\w+)", help_text))
+
+
+def test_recipes_run_from_the_checkout_the_package_and_the_cli():
+    outputs = {}
+    for method in ("simcse", "clsr"):
+        runs = {
+            "checkout": [sys.executable, str(REPO_ROOT / "recipes" / f"{method}.py"), "--help"],
+            "module": [sys.executable, "-m", f"csekit.recipes.{method}", "--help"],
+            "cli": [sys.executable, "-m", "csekit", "train", method, "--help"],
+        }
+        for way, command in runs.items():
+            result = subprocess.run(command, cwd=REPO_ROOT.parent, capture_output=True, text=True, timeout=300)
+            assert result.returncode == 0, (method, way, result.stderr[-2000:])
+            outputs[method, way] = flags(result.stdout)
+        assert outputs[method, "checkout"] == outputs[method, "module"] == outputs[method, "cli"]
+
+
+def test_the_four_recipes_speak_one_vocabulary_and_take_method_flags_from_the_config():
+    import dataclasses
+    from importlib import import_module
+
+    from csekit.trainers.recipe import config_fields, docstring_arguments
+
+    shared = {"model_name_or_path", "train_file", "data_dir", "do_test_eval", "output_dir", "seed", "report_to",
+              "per_device_train_batch_size", "num_train_epochs", "learning_rate", "config"}
+    for method in RECIPES:
+        module = import_module(f"csekit.recipes.{method}")
+        if hasattr(module, "RECIPE"):
+            types, config_class = module.RECIPE.argument_types(), module.RECIPE.config_class
+        else:  # CLSR trains its head with its own loop; its argument groups are module-level
+            types = (module.CLSRArguments, module.BackboneArguments, module.CLSRDataArguments,
+                     module.CLSRTrainingArguments)
+            config_class = module.CLSRConfig
+        names = {f.name for cls in types for f in dataclasses.fields(cls)} | {"config"}
+        assert shared <= names, (method, shared - names)
+        model_fields = {f.name: f for f in dataclasses.fields(types[0])}
+        helps = docstring_arguments(config_class)
+        for field in config_fields(config_class):
+            flag = model_fields[field.name]
+            default = flag.default_factory() if flag.default is dataclasses.MISSING else flag.default
+            expected = field.default_factory() if field.default is dataclasses.MISSING else field.default
+            assert default == expected and flag.metadata["help"] == helps[field.name], (method, field.name)
+        # no method setting is declared twice: every model flag but the backbone is a config field
+        assert set(model_fields) - {"model_name_or_path"} == {f.name for f in config_fields(config_class)}
+
+
+def test_shipped_configs_are_found_by_name(tmp_path):
+    from csekit.recipes.simcse import RECIPE
+
+    model, data, training, _ = RECIPE.parse(["--config", "quickstart", "--output_dir", str(tmp_path)])
+    assert model.model_name_or_path == "all-MiniLM-L6-v2" and training.max_steps == 100
+    with pytest.raises(SystemExit):
+        RECIPE.parse(["--config", "no_such_config"])
+
+
+# ------------------------------------------------------------------------------------------------ the wheel
+def test_built_wheel_works_outside_the_checkout(tmp_path, saved_tiny_model):
+    wheels = tmp_path / "wheels"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                            "--wheel-dir", str(wheels), str(REPO_ROOT)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = wheels.glob("csekit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for needed in ("csekit/__init__.py", "csekit/cli.py", "csekit/modeling/modeling_simcse.py",
+                   "csekit/trainers/recipe.py", "csekit/recipes/simcse.py", "csekit/recipes/configs/quickstart.yaml",
+                   "csekit/model_cards/simcse.md", "csekit/model_cards/generic.md", "csekit/evaluation/sts.py",
+                   "csekit/extraction/grid.py", "csekit/publishing/csekit_st.py"):
+        assert needed in names, needed
+    top_level = {name.split("/")[0] for name in names if not name.startswith("csekit-")}
+    assert top_level == {"csekit"}, top_level  # no top-level modeling/ or trainers/
+    (tmp_path / "names.txt").write_text("\n".join(names))
+
+    site = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site),
+                              str(wheel)], capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stderr[-3000:]
+    model = tmp_path / "model"
+    model.mkdir()
+    for path in saved_tiny_model.iterdir():
+        (model / path.name).write_bytes(path.read_bytes())
+    tasks = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
+    (model / "eval_results.json").write_text('{"model": "m", "pooler": "avg", "sts": {%s}}'
+                                             % ", ".join(f'"{t}": 50.0' for t in tasks))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    prelude = (  # the checkout and its editable install are out of reach: only the wheel's files can be imported
+        "import sys\n"
+        f"sys.path = [{str(site)!r}] + [p for p in sys.path if p not in ('', {str(REPO_ROOT)!r}) and "
+        "'__editable__' not in p]\n"
+        "sys.meta_path = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]\n"
+        "import csekit, csekit.cli\n"
+        f"assert csekit.__file__.startswith({str(site)!r}), csekit.__file__\n"
+        "sys.argv = ['csekit'] + sys.argv[1:]\n"
+        "sys.exit(csekit.cli.main())\n"
+    )
+    for args in (["evaluate", "--help"], ["card", str(model), "--figure", "never"]):
+        result = subprocess.run([sys.executable, "-c", prelude, *args], cwd=elsewhere, capture_output=True, text=True,
+                                timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert result.returncode == 0, (args, result.stderr[-3000:])
+    assert "## Evaluation" in (model / "README.md").read_text() or "Spearman" in (model / "README.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------------ dependencies
+IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface_hub": "huggingface_hub"}
+# declared without being imported: pinned because they decide results (README "Dependencies" says so)
+PINNED_TRANSITIVE = {"tokenizers"}
+
+
+def test_every_declared_dependency_is_used_or_dropped_with_a_reason():
+    config = configparser.ConfigParser()
+    config.read(REPO_ROOT / "setup.cfg")
+    requirements = [re.split(r"[=<>\[ ]", line.strip())[0].lower() for line in
+                    config["options"]["install_requires"].strip().splitlines()]
+    imported = set()
+    for path in csekit_modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                imported.add(node.module.split(".")[0])
+    unused = [name for name in requirements if IMPORT_NAMES.get(name, name.replace("-", "_")) not in imported
+              and name not in PINNED_TRANSITIVE]
+    assert unused == [], f"declared but never imported by csekit: {unused}"
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "evaluate" not in requirements and re.search(r"`evaluate`.*(not a dependency|dropped)", readme)
+    assert all(f"`{name}`" in readme for name in PINNED_TRANSITIVE)
+
+
+def test_dockerfile_builds_cpu_by_default_and_cuda_by_one_argument():
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu$", dockerfile, re.M)
+    assert 'pip install --index-url "$TORCH_INDEX" torch==2.13.0' in dockerfile
+    assert "HF_HUB_OFFLINE" not in dockerfile
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "docker build -t csekit ." in readme and "--build-arg TORCH_INDEX=" in readme

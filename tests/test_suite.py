@@ -1,0 +1,69 @@
+"""The test suite itself: it is collected alike by ``pytest`` and ``python -m pytest`` from the repository root, and
+its subprocesses (distributed launches, recipe runs) cannot hang it or collide on a rendezvous port."""
+
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, BoundedProcess, free_ports, run_bounded
+
+
+def pytest_command() -> list:
+    """Plain ``pytest``: the console script next to this interpreter, else its equivalent (``python -m pytest``
+    differs from it only by the current folder first on ``sys.path``, which the script does not have)."""
+    script = Path(sys.executable).with_name("pytest")
+    if script.is_file():
+        return [script]
+    return [sys.executable, "-c", "import sys; assert sys.path[0] == ''; del sys.path[0]; import pytest; "
+            "sys.exit(pytest.console_main())"]
+
+
+def test_pytest_and_python_m_pytest_collect_the_same_suite_from_the_root():
+    arguments = ["--collect-only", "-q", "-p", "no:cacheprovider"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the invocation decides sys.path
+    runs = [BoundedProcess([*command, *arguments], 300, cwd=REPO_ROOT, env=env)
+            for command in (pytest_command(), [sys.executable, "-m", "pytest"])]
+    counts = []
+    for run in runs:
+        result = run.wait()  # a module that fails to import is a collection error: exit status 2
+        collected = re.search(r"^(\d+) tests? collected", result.stdout, flags=re.M)
+        assert collected, result.stdout[-3000:]
+        counts.append(int(collected.group(1)))
+    assert counts[0] == counts[1] > 100
+
+
+def test_free_ports_are_distinct_and_free():
+    ports = free_ports(3)
+    assert len(set(ports)) == 3 and 29500 not in ports
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_run_past_its_deadline_is_killed_with_its_children_and_shows_its_stderr(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time; "
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(child.pid)); "
+            "print('rank 1 waits at a barrier', file=sys.stderr, flush=True); time.sleep(300)")
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="(?s)ran past its 5 s.*rank 1 waits at a barrier"):
+        run_bounded([sys.executable, "-c", code], timeout=5)
+    assert time.monotonic() - start < 60
+    grandchild, deadline = int(pid_file.read_text()), time.monotonic() + 10
+    while running(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running(grandchild)  # killed with the group
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a killed process stays one until its new parent reaps it)."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
