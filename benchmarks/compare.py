@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seeds import run_seed  # noqa: E402  (sibling script)
+from seeds import DEFAULT_LAUNCH, run_seed  # noqa: E402  (sibling script)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STS_COLUMNS = (("STS12", "STS12"), ("STS13", "STS13"), ("STS14", "STS14"), ("STS15", "STS15"), ("STS16", "STS16"),
@@ -81,7 +81,7 @@ def collect_method(key: str, args) -> dict:
         output_dir = method_folder(key, args) / f"seed{seed}"
         if (output_dir / "eval_results.json").is_file() or not args.no_train:
             try:
-                records[seed] = run_seed(method.recipe, seed, output_dir, recipe_args)
+                records[seed] = run_seed(method.recipe, seed, output_dir, recipe_args, shlex.split(args.launch))
             except subprocess.CalledProcessError as error:
                 print(f"[skip] {method.name} seed {seed}: training failed ({error})", flush=True)
         else:
@@ -171,6 +171,9 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44], help="Training seeds.")
     parser.add_argument("--config", default="recipes/configs/minilm_compare.yaml", help="The shared training budget.")
     parser.add_argument("--output-root", default="outputs/seeds", help="Runs live in OUTPUT_ROOT/<method>/seed<S>.")
+    parser.add_argument("--launch", default=DEFAULT_LAUNCH,
+                        help="accelerate launch flags for every training run (default: %(default)s; e.g. "
+                        "\"--num_processes 1 --mixed_precision bf16\" on a GPU).")
     parser.add_argument("--no-train", action="store_true", help="Only collect existing runs; train nothing.")
     parser.add_argument("--suites", default="transfer,clustering,geometry",
                         help="Extra suites scored on each method's first seed ('' for none).")

@@ -1,11 +1,15 @@
 """Import cost of csekit's entry points: wall time in fresh interpreters and which heavy libraries each one pulls in.
 
     python benchmarks/import_time.py [--modules csekit csekit.trainers csekit.cli] [--rounds 7]
+        [--before OLD_CHECKOUT --before-modules modeling trainers trainers.cli]
 
 Every round starts one fresh ``python -c "import X"`` per module, modules alternating within the round, so a busy
 machine slows all of them alike. Reported: median and min-max seconds over the rounds, the heavy libraries found in
 ``sys.modules`` afterwards, and whether matplotlib's backend was switched (a global side effect). The baseline
 ``import transformers; from transformers import PreTrainedModel`` is what any Hugging Face model class costs.
+``--before`` also times modules of another checkout (e.g. the layout before the ``csekit`` namespace, whose top-level
+``modeling`` / ``trainers`` import from the checkout folder), interleaved in the same rounds; installed modules are
+imported from a neutral working folder, so a checkout never shadows them.
 """
 
 import argparse
@@ -13,6 +17,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HEAVY = ("sklearn", "matplotlib", "jinja2", "scipy", "datasets", "accelerate", "sentence_transformers", "pandas")
 BASELINE = "transformers+PreTrainedModel"
@@ -28,11 +33,12 @@ print(json.dumps({{"seconds": seconds, "heavy": [m for m in {heavy!r} if m in sy
 """
 
 
-def measure(module: str) -> dict:
+def measure(module: str, folder: str) -> dict:
+    """One fresh interpreter importing ``module`` with ``folder`` as its working folder (first on ``sys.path``)."""
     statement = ("import transformers; from transformers import PreTrainedModel" if module == BASELINE
                  else f"import {module}")
     result = subprocess.run([sys.executable, "-c", PROBE.format(statement=statement, heavy=HEAVY)],
-                            capture_output=True, text=True, check=True)
+                            capture_output=True, text=True, check=True, cwd=folder)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -40,18 +46,23 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", nargs="+", default=["csekit", "csekit.trainers", "csekit.cli"])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--before", default=None, help="Another checkout whose --before-modules are timed too.")
+    parser.add_argument("--before-modules", nargs="+", default=["modeling", "trainers", "trainers.cli"])
     args = parser.parse_args(argv)
-    modules = [BASELINE] + args.modules
-    runs = {module: [] for module in modules}
+    neutral = tempfile.mkdtemp()
+    jobs = [(BASELINE, BASELINE, neutral)] + [(module, module, neutral) for module in args.modules]
+    if args.before:
+        jobs += [(f"{module} (before)", module, args.before) for module in args.before_modules]
+    runs = {label: [] for label, _, _ in jobs}
     for _ in range(args.rounds):
-        for module in modules:
-            runs[module].append(measure(module))
+        for label, module, folder in jobs:
+            runs[label].append(measure(module, folder))
     print(f"| import | median s | min-max s | heavy libraries loaded | matplotlib backend set |")
     print("|---|---:|---:|---|---|")
-    for module, samples in runs.items():
+    for label, samples in runs.items():
         seconds = [sample["seconds"] for sample in samples]
         last = samples[-1]
-        print(f"| `{module}` | {statistics.median(seconds):.2f} | {min(seconds):.2f}-{max(seconds):.2f} | "
+        print(f"| `{label}` | {statistics.median(seconds):.2f} | {min(seconds):.2f}-{max(seconds):.2f} | "
               f"{', '.join(last['heavy']) or '-'} | {last['backend'] or '-'} |")
 
 

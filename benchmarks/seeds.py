@@ -22,11 +22,13 @@ from common import emit
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
 SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
+DEFAULT_LAUNCH = "--cpu --num_processes 1"
 
 
-def run_seed(recipe: str, seed: int, output_dir: Path, recipe_args: list, launch_args: list) -> dict:
+def run_seed(recipe: str, seed: int, output_dir: Path, recipe_args: list, launch_args: list = None) -> dict:
     results_file = output_dir / "eval_results.json"
     if not results_file.exists():
+        launch_args = shlex.split(DEFAULT_LAUNCH) if launch_args is None else launch_args
         command = [sys.executable, "-m", "accelerate.commands.launch", *launch_args, recipe,
                    *recipe_args, "--seed", str(seed), "--output_dir", str(output_dir)]
         print("$", shlex.join(command), flush=True)
@@ -59,7 +61,7 @@ def main(argv=None):
     parser.add_argument("--name", required=True, help="Row label in the table.")
     parser.add_argument("--output-root", required=True, help="Each seed trains into OUTPUT_ROOT/seedS.")
     parser.add_argument(
-        "--launch", default="--cpu --num_processes 1", help="accelerate launch flags (default: %(default)s)."
+        "--launch", default=DEFAULT_LAUNCH, help="accelerate launch flags (default: %(default)s)."
     )
     parser.add_argument("--table", default=None, help="Write the markdown table here (also printed).")
     parser.add_argument("recipe_args", nargs=argparse.REMAINDER, help="After '--': flags passed to the recipe.")

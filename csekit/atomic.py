@@ -8,6 +8,7 @@ nothing) plus at most a hidden ``.<name>.*.tmp`` sibling, never a truncated dest
     write_json(folder / "eval_results.json", record)
     with staged_folder(out_dir) as staging:       # build a whole folder, then move it into place
         model.save_pretrained(staging)
+    commit_files(out_dir / STAGING, out_dir)      # replace the files of a folder that also holds other things
 """
 
 import contextlib
@@ -18,12 +19,20 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from .errors import DataError
+
+# where a folder's new top-level files are built before commit_files moves them in (hidden; never published)
+STAGING = ".csekit-staging"
+
 
 def write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(temporary, 0o666 & ~umask)  # what open() would give, not mkstemp's owner-only 0o600
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
@@ -43,22 +52,89 @@ def write_json(path, value) -> Path:
     return write_text(path, json.dumps(value, indent=2) + "\n")
 
 
+def output_file(path, flag: str = "--output") -> Path:
+    """``path`` as a file to write later; raises :class:`DataError` now (before any work) when it is a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'results.json'}")
+    return path
+
+
+def move_into_place(source, destination) -> Path:
+    """``os.replace(source, destination)``, also when ``destination`` is an existing folder: that one is first
+    renamed to a hidden sibling and deleted only once ``source`` took its place, so a process killed meanwhile
+    leaves the old folder, nothing (the old one is then ``.<name>.<pid>.old``), or the new one; never a mix."""
+    destination = Path(destination)
+    if not (destination.is_dir() and not destination.is_symlink()):
+        os.replace(source, destination)
+        return destination
+    aside = destination.with_name(f".{destination.name}.{os.getpid()}.old")
+    os.replace(destination, aside)
+    os.replace(source, destination)
+    shutil.rmtree(aside)
+    return destination
+
+
 @contextlib.contextmanager
 def staged_folder(destination, replace: bool = False) -> Iterator[Path]:
     """Yield an empty temporary folder next to ``destination``; when the block ends without an error it becomes
-    ``destination`` (an existing one is removed first only with ``replace``). On an error nothing is left."""
+    ``destination`` (an existing one is replaced only with ``replace``, see :func:`move_into_place`). On an error
+    nothing is left."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp"))
     try:
         yield staging
-        if destination.exists():
-            if not replace:
-                raise FileExistsError(f"{destination} already exists")
-            shutil.rmtree(destination) if destination.is_dir() else destination.unlink()
-        os.replace(staging, destination)
+        if destination.exists() and not replace:
+            raise FileExistsError(f"{destination} already exists")
+        move_into_place(staging, destination)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-__all__ = ["staged_folder", "write_bytes", "write_json", "write_text"]
+def commit_files(staging, destination, marker: str = "config.json") -> Path:
+    """Make the entries of ``staging`` the top-level files of ``destination``, with ``marker`` as the commit record.
+
+    A folder that also holds other things (a training output folder keeps its ``checkpoint-*`` sub-folders) cannot
+    be swapped with one rename, so its file set changes one ``os.replace`` at a time, ordered so that the folder is
+    a model exactly when ``marker`` (``config.json``, which every loader opens first) is there:
+
+    1. the old ``marker`` goes: from here on the folder is not a model (every csekit command and ``from_pretrained``
+       refuse a folder without ``config.json``);
+    2. each new entry but ``marker`` replaces its old namesake; old top-level files that the new set lacks (a stale
+       card, figure or weight shard) are removed; sub-folders that ``staging`` lacks stay;
+    3. the new ``marker`` arrives last: the folder is the new model, whole.
+
+    A process killed at any point leaves the old model (before 1), no model (between 1 and 3) or the new one, and
+    never a truncated file (each file was complete and fsynced in ``staging`` before it moved). Hidden entries
+    (``.name``, ``staging`` itself when it lies inside ``destination``) are not part of the set.
+    """
+    staging, destination = Path(staging), Path(destination)
+    entries = sorted(path for path in staging.iterdir() if path.name != marker)
+    if not (staging / marker).is_file():
+        raise FileNotFoundError(f"{staging / marker}: the staged folder lacks its commit record")
+    for path in [*entries, staging / marker]:
+        if path.is_file():
+            with open(path, "rb") as stream:
+                os.fsync(stream.fileno())
+    destination.mkdir(parents=True, exist_ok=True)
+    if (destination / marker).exists():
+        os.remove(destination / marker)
+    for path in entries:
+        target = destination / path.name
+        if path.is_dir() and target.is_dir():
+            shutil.rmtree(target)
+        os.replace(path, target)
+    new = {path.name for path in entries}
+    for path in sorted(destination.iterdir()):
+        if path.is_file() and path.name not in new and path.name != marker and not path.name.startswith("."):
+            os.remove(path)
+    os.replace(staging / marker, destination / marker)
+    shutil.rmtree(staging, ignore_errors=True)
+    return destination
+
+
+__all__ = [
+    "STAGING", "commit_files", "move_into_place", "output_file", "staged_folder", "write_bytes", "write_json",
+    "write_text",
+]

@@ -14,7 +14,7 @@ import pkgutil
 import sys
 from importlib import import_module
 
-from .errors import DataError
+from .errors import DataError, OneLineUsageErrors
 from .evaluation.cli import add_evaluate_parser
 from .extraction.cli import add_extract_parser
 from .publishing.cli import add_card_parser, add_export_st_parser, add_push_parser
@@ -73,8 +73,12 @@ def run_download(args) -> int:
     return 0
 
 
+class ArgumentParser(OneLineUsageErrors, argparse.ArgumentParser):
+    """The parser of ``csekit`` and (``add_subparsers`` uses the parent's class) of its sub-commands."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="csekit", description="Contrastive sentence embeddings: train, evaluate, extract, publish, download."
     )
     subparsers = parser.add_subparsers(dest="command", required=True)

@@ -20,7 +20,6 @@ folder as it was.
 """
 
 import hashlib
-import os
 import shutil
 import tarfile
 import tempfile
@@ -30,6 +29,7 @@ from typing import Optional
 
 from tqdm.auto import tqdm
 
+from .atomic import move_into_place
 from .data import default_data_dir
 from .errors import DataError
 
@@ -159,9 +159,7 @@ def download(name: str, data_dir=None, force: bool = False, repo_id: str = DATA_
             ready = staging / target.name
             shutil.copyfile(cached, ready)
             final = target
-        if final.exists():  # only with force: the old copy goes once the new one is complete
-            shutil.rmtree(final) if final.is_dir() else final.unlink()
-        os.replace(ready, final)
+        move_into_place(ready, final)  # only with force is there an old copy: it goes once the new one is in place
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

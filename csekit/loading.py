@@ -47,6 +47,20 @@ def has_weights(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
 
 
+def check_safetensors(folder) -> None:
+    """Raise :class:`DataError` naming the first ``*.safetensors`` file of ``folder`` that is truncated or has a
+    corrupt header (what an interrupted copy or download leaves); only the headers are read."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise DataError(f"{path}: truncated or corrupt safetensors file ({str(error).splitlines()[0]}); save or "
+                            "download the model again") from None
+
+
 def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     """The local snapshot folder of Hub model ``repo_id``, downloaded into the Hugging Face cache if needed.
 
@@ -81,8 +95,8 @@ def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
 def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
     """A local folder for ``name_or_path``: a model folder, the embedded MiniLM, or a Hub id (see module docstring).
 
-    Raises :class:`DataError` for a folder without ``config.json`` or (``require_weights``) without weights, and for
-    a path that is not a folder.
+    Raises :class:`DataError` for a folder without ``config.json`` or (``require_weights``) without readable weights
+    (:func:`check_safetensors`), and for a path that is not a folder.
     """
     folder = Path(name_or_path).expanduser()
     if folder.is_dir():
@@ -90,13 +104,17 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
             raise DataError(f"{name_or_path}: model folder has no weights (*.safetensors)")
         if not (folder / "config.json").is_file():
             raise DataError(f"{name_or_path}: model folder has weights but no config.json")
-        return str(folder)
-    if name_or_path in EMBEDDED_MODELS and embedded_minilm_path() is not None:
-        return str(embedded_minilm_path())
-    if folder.exists() or name_or_path.startswith((".", "/", "~")) or not HUB_ID.fullmatch(name_or_path):
+        resolved = str(folder)
+    elif name_or_path in EMBEDDED_MODELS and embedded_minilm_path() is not None:
+        resolved = str(embedded_minilm_path())
+    elif folder.exists() or name_or_path.startswith((".", "/", "~")) or not HUB_ID.fullmatch(name_or_path):
         raise DataError(f"{name_or_path}: not a model folder (nor a Hub id such as org/name)")
-    repo_id = "sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path
-    return hub_snapshot(repo_id, require_weights)
+    else:
+        repo_id = "sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path
+        resolved = hub_snapshot(repo_id, require_weights)
+    if require_weights:
+        check_safetensors(resolved)
+    return resolved
 
 
 def resolve_device(name: Optional[str] = None) -> torch.device:
@@ -112,4 +130,4 @@ def resolve_device(name: Optional[str] = None) -> torch.device:
     return device
 
 
-__all__ = ["ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "embedded_minilm_path", "hub_snapshot", "resolve_device", "resolve_model_path"]
+__all__ = ["ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "hub_snapshot", "resolve_device", "resolve_model_path"]

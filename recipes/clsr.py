@@ -32,7 +32,6 @@ every process alike (same seed, same vectors: the result of one process), and th
 """
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from accelerate import PartialState
 from accelerate.utils import gather, pad_across_processes
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
+from csekit.atomic import commit_files, write_json
 from csekit.data import resolve_data_dir
 from csekit.errors import DataError
 from csekit.evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
@@ -61,7 +61,7 @@ from csekit.trainers.clsr import (
 )
 from csekit.trainers.embedding_cache import EmbeddingCache, data_fingerprint, model_fingerprint
 from csekit.trainers.recipe import (
-    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, write_arguments,
+    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, prepare_output_dir, write_arguments,
 )
 
 CLSRArguments = model_arguments(CLSRConfig)
@@ -170,6 +170,7 @@ def main(argv=None, prog=None):
     state = PartialState(cpu=not torch.accelerator.is_available())
     if not state.is_main_process:  # every process trains the same head; one writes the logs
         training_args = dataclasses.replace(training_args, report_to="none")
+    staging = prepare_output_dir(training_args.output_dir, data_args.overwrite_output_dir)
     data_dir = resolve_data_dir(data_args.data_dir)
     model = build_model(model_args, backbone_args, training_args.seed).to(state.device)
     held_out = held_out_sentences(data_dir)
@@ -195,8 +196,8 @@ def main(argv=None, prog=None):
     if not state.is_main_process:
         return
     output_dir = Path(training_args.output_dir)
-    model.save_pretrained(output_dir)
-    model.tokenizer.save_pretrained(output_dir)
+    model.save_pretrained(staging)  # model, arguments and scores appear in output_dir together (commit_files)
+    model.tokenizer.save_pretrained(staging)
     record = {
         "model": str(output_dir), "base_model": model_args.model_name_or_path, "pooler": model.config.pooler_type,
         "train_data": data_args.train_file, "test_overlap": data_args.test_overlap, "pairs": len(corpus.pairs),
@@ -213,9 +214,10 @@ def main(argv=None, prog=None):
                 clsr_row: record["sts"]}
         print(mark_contaminated(format_sts_table(rows, title="STS test (Spearman x100)"), clsr_row,
                                 corpus.contaminated))
-    write_arguments(output_dir, model_args=model_args, backbone_args=backbone_args, data_args=data_args,
+    write_arguments(staging, model_args=model_args, backbone_args=backbone_args, data_args=data_args,
                     training_args=training_args)
-    (output_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    write_json(staging / RESULTS_FILE, record)
+    commit_files(staging, output_dir)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import ast
 import configparser
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -70,15 +71,66 @@ def test_import_csekit_registers_models_and_is_lean():
     assert "sklearn" not in loaded and "matplotlib" not in loaded
 
 
+def third_party_imports() -> list:
+    """``(module, names)`` for every non-csekit import in csekit's modules (``from module import names``)."""
+    found = {}
+    for path in csekit_modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    found.setdefault(alias.name, set())
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module != "__future__":
+                found.setdefault(node.module, set()).update(alias.name for alias in node.names)
+    return sorted((module, sorted(names)) for module, names in found.items() if module.split(".")[0] != "csekit")
+
+
+# the global state a library must leave as it found it; read before and after importing csekit's modules
+GLOBAL_STATE = """
+def global_state():
+    import logging, os, random, warnings
+    import matplotlib, numpy, torch, transformers
+    root = logging.getLogger()
+    return {
+        "matplotlib backend": matplotlib.rcParams._get_backend_or_none(),
+        "root logger": (root.level, [type(handler).__name__ for handler in root.handlers]),
+        "transformers verbosity": transformers.logging.get_verbosity(),
+        "environment": sorted(os.environ.items()),
+        "warning filters": [repr(f) for f in warnings.filters],
+        "torch threads": torch.get_num_threads(),
+        "torch default dtype": str(torch.get_default_dtype()),
+        "float32 matmul precision": torch.get_float32_matmul_precision(),
+        "grad enabled": torch.is_grad_enabled(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "torch random state": torch.random.get_rng_state().tolist(),
+        "numpy random state": str(numpy.random.get_state()),
+        "python random state": random.getstate(),
+    }
+"""
+
+
 def test_importing_every_module_has_no_global_side_effect():
+    """Importing csekit changes no process-wide setting (logging, environment, warnings, torch/numpy/random state,
+    matplotlib's backend). The third-party modules csekit imports are imported first: their own effects are not
+    csekit's."""
     names = [name for name in csekit_modules() if not name.startswith("csekit.recipes.") and name != "csekit.__main__"]
-    code = (
-        "import importlib, matplotlib\n"
-        "before = matplotlib.rcParams._get_backend_or_none()\n"
+    code = GLOBAL_STATE + (
+        "import importlib\n"
+        f"for module, names in {third_party_imports()!r}:\n"
+        "    try:\n"
+        "        imported = importlib.import_module(module)\n"
+        "        for name in names:\n"
+        "            getattr(imported, name, None)\n"  # resolves lazy attributes (transformers' lazy modules)
+        "    except ImportError:\n"  # an optional extra that is not installed
+        "        pass\n"
+        "import torch\n"
+        "torch.set_num_threads(3)\n"  # not a value a module would pick (the suite runs with OMP_NUM_THREADS=1)
+        "before = global_state()\n"
         f"for name in {names!r}:\n"
         "    importlib.import_module(name)\n"
-        "after = matplotlib.rcParams._get_backend_or_none()\n"
-        "assert before == after, (before, after)\n"
+        "after = global_state()\n"
+        "changed = [key for key in before if before[key] != after[key]]\n"
+        "assert not changed, [(key, before[key], after[key]) if key != 'environment' else\n"
+        "                     (key, sorted(set(after[key]) ^ set(before[key]))) for key in changed]\n"
         "import matplotlib.pyplot\n"  # pyplot can still pick the user's backend
         "print('ok')\n"
     )
@@ -210,9 +262,18 @@ def test_shipped_configs_are_found_by_name(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ the wheel
 def test_built_wheel_works_outside_the_checkout(tmp_path, saved_tiny_model):
+    # built from a copy of the sources: setuptools reuses the checkout's build/ folder, where a file dropped from
+    # package_data lingers from an earlier build and the wheel would still ship it
+    source = tmp_path / "source"
+    for name in ("setup.cfg", "pyproject.toml", "README.md", *PACKAGE_DIRS.values()):
+        if (REPO_ROOT / name).is_dir():
+            shutil.copytree(REPO_ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            source.mkdir(exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, source / name)
     wheels = tmp_path / "wheels"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                            "--wheel-dir", str(wheels), str(REPO_ROOT)], capture_output=True, text=True, timeout=600)
+                            "--wheel-dir", str(wheels), str(source)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("csekit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -221,6 +282,11 @@ def test_built_wheel_works_outside_the_checkout(tmp_path, saved_tiny_model):
                    "csekit/model_cards/simcse.md", "csekit/model_cards/generic.md", "csekit/evaluation/sts.py",
                    "csekit/extraction/grid.py", "csekit/publishing/csekit_st.py"):
         assert needed in names, needed
+    # every data file of the checkout's packages (card templates, shipped configs), not only the ones named above
+    data_files = [f"csekit/{path.relative_to(REPO_ROOT).as_posix()}" for pattern in ("model_cards/*.md",
+                  "recipes/configs/**/*.yaml") for path in sorted(REPO_ROOT.glob(pattern))]
+    missing = [name for name in data_files if name not in names]
+    assert data_files and missing == [], missing
     top_level = {name.split("/")[0] for name in names if not name.startswith("csekit-")}
     assert top_level == {"csekit"}, top_level  # no top-level modeling/ or trainers/
     (tmp_path / "names.txt").write_text("\n".join(names))

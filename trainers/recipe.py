@@ -6,8 +6,11 @@ a setting is declared once, in ``modeling/``. The shared vocabulary of the four 
 
 * model: ``--model_name_or_path`` (a local folder, ``all-MiniLM-L6-v2`` or a Hub id) + the config fields;
 * data (:class:`DataArguments`): ``--train_file`` (a local ``.txt``/``.csv``, a name the recipe knows, or a Hub
-  dataset), ``--data_dir``, ``--do_test_eval``;
+  dataset), ``--data_dir``, ``--do_test_eval``, ``--overwrite_output_dir``;
 * training: ``transformers.TrainingArguments`` (``--output_dir``, ``--seed``, ``--report_to``, ...).
+
+Bad input ends with one line and exit status 2 before anything is written (:func:`main_guard`, the one-line
+:class:`RecipeArgumentParser`, :func:`prepare_output_dir`); the final model appears whole or not at all.
 
 ``recipes/simcse.py`` is the smallest example.
 """
@@ -18,6 +21,7 @@ import inspect
 import json
 import logging
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +33,9 @@ from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
 
+from ..atomic import STAGING, commit_files, write_json, write_text
 from ..data import resolve_data_dir
-from ..errors import DataError
+from ..errors import DataError, OneLineUsageErrors
 from ..evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from .collators import ContrastiveCollator
@@ -107,6 +112,11 @@ def resolve_recipe_config(name: str) -> Optional[Path]:
 
 
 # ------------------------------------------------------------------------------------------------ shared flags
+# sizes and lengths, in whichever recipe has them: below 1 they are never meant (a length of 0 would silently mean
+# "no truncation", a batch of 0 fail after the data and model are loaded)
+POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch_size")
+
+
 @dataclass
 class DataArguments:
     train_file: str = field(
@@ -120,6 +130,10 @@ class DataArguments:
                                 "../shared/data)."}
     )
     do_test_eval: bool = field(default=True, metadata={"help": "Score the final model on the 7 STS test sets."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Also write into an existing --output_dir that is not a csekit output folder "
+                                 "(its top-level files are replaced by the model's)."}
+    )
 
 
 @dataclass
@@ -156,6 +170,10 @@ class CSETrainingArguments(TrainingArguments):
         super().__post_init__()
 
 
+class RecipeArgumentParser(OneLineUsageErrors, HfArgumentParser):
+    """``HfArgumentParser`` whose errors (unknown flag, bad value, unknown YAML key) are one line."""
+
+
 def parse_recipe_args(
     dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
     description: Optional[str] = None, prog: Optional[str] = None,
@@ -166,7 +184,7 @@ def parse_recipe_args(
     ``--config`` takes a YAML path, or the name of a configuration shipped with csekit (``quickstart``,
     ``paper/simcse_bert_base``; see :func:`resolve_recipe_config`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser(dataclass_types, description=description, prog=prog,
+    parser = RecipeArgumentParser(dataclass_types, description=description, prog=prog,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="YAML file of arguments, or the name of one shipped with csekit "
                         f"({', '.join(shipped_configs())}); flags on the command line win.")
@@ -191,6 +209,10 @@ def parse_recipe_args(
     *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    for group in outputs[: len(dataclass_types)]:
+        for name in POSITIVE_FLAGS:
+            if getattr(group, name, None) is not None and getattr(group, name) < 1:
+                parser.error(f"--{name} must be >= 1, got {getattr(group, name)}")
     return tuple(outputs[: len(dataclass_types)])
 
 
@@ -198,7 +220,38 @@ def write_arguments(output_dir, **groups) -> None:
     """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
     record = {name: (value.to_dict() if hasattr(value, "to_dict") else dataclasses.asdict(value))
               for name, value in groups.items()}
-    Path(output_dir, ARGUMENTS_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(record, indent=2, default=str) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ the output folder
+def is_csekit_output(folder: Path) -> bool:
+    """Whether ``folder`` is (the start of) a csekit run's output: ``training_args.json``, ``checkpoint-*`` folders,
+    an interrupted final save, or the ``config.json`` of a csekit model."""
+    if (folder / ARGUMENTS_FILE).is_file() or (folder / STAGING).is_dir() or any(folder.glob("checkpoint-*/")):
+        return True
+    try:
+        return json.loads((folder / "config.json").read_text()).get("model_type", "").startswith("csekit-")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def prepare_output_dir(output_dir, overwrite: bool = False) -> Path:
+    """Check ``--output_dir`` before anything is read or written, and remove what a final save killed midway left.
+
+    Raises :class:`DataError` for a file, or for an existing non-empty folder that is not a csekit output
+    (:func:`is_csekit_output`) unless ``overwrite``; a csekit run's own folder is fine (resuming, re-training).
+    The final model is then built in ``output_dir/.csekit-staging`` and moved in by
+    :func:`csekit.atomic.commit_files` (``config.json`` last): the folder also holds ``checkpoint-*``, so it cannot
+    be swapped whole, and a reader sees the previous final model, no model (no ``config.json``), or the new one.
+    """
+    folder = Path(output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise DataError(f"--output_dir {folder}: is a file, not a folder")
+    if folder.is_dir() and any(folder.iterdir()) and not overwrite and not is_csekit_output(folder):
+        raise DataError(f"--output_dir {folder}: exists and is not a csekit output folder (no training_args.json, "
+                        "checkpoint-* or csekit config.json); choose another folder or pass --overwrite_output_dir true")
+    shutil.rmtree(folder / STAGING, ignore_errors=True)
+    return folder / STAGING
 
 
 # ------------------------------------------------------------------------------------------------ the runner
@@ -268,6 +321,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     if training_args.fp16 and training_args.device.type == "cpu":  # accelerate would silently train in float32
         raise DataError("--fp16 needs a GPU; on CPU use --bf16 true (bfloat16 autocast)")
     training_args.push_to_hub = False  # the Trainer must not push checkpoints: we publish once, after the test scores
+    staging = prepare_output_dir(training_args.output_dir, data_args.overwrite_output_dir)
     set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)
     model_path = resolve_model_path(model_args.model_name_or_path)
@@ -287,17 +341,20 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     )
     resume = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resume == "last" else resume)
-    trainer.save_model(training_args.output_dir)
+    # the final model, its arguments and test scores are built in the staging folder and appear together
+    trainer.save_model(str(staging))  # on every process (sharded states are gathered); the main one writes
+    results = {}
     if trainer.is_world_process_zero():
         groups = dict(model_args=model_args, data_args=data_args, training_args=training_args)
-        write_arguments(training_args.output_dir, **groups, **({"extra_args": extra_args} if extra_args else {}))
-    results = {}
-    if data_args.do_test_eval and trainer.is_world_process_zero():
-        evaluator = STSEvaluator(data_dir, STS_TASKS, split="test")
-        results = evaluator(lambda sentences: model.eval().encode(sentences, batch_size=128))
-        record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
-        Path(training_args.output_dir, RESULTS_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        print(format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)"))
+        write_arguments(staging, **groups, **({"extra_args": extra_args} if extra_args else {}))
+        if data_args.do_test_eval:
+            evaluator = STSEvaluator(data_dir, STS_TASKS, split="test")
+            results = evaluator(lambda sentences: model.eval().encode(sentences, batch_size=128))
+            record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
+            write_json(staging / RESULTS_FILE, record)
+        commit_files(staging, training_args.output_dir)
+        if results:
+            print(format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)"))
         if publish:
             print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
     return results
@@ -317,6 +374,7 @@ def main_guard(main: Callable, argv: Optional[list] = None) -> None:
 
 
 __all__ = [
-    "CSETrainingArguments", "ContrastiveDataArguments", "ContrastiveRecipe", "DataArguments", "config_kwargs",
-    "docstring_arguments", "main_guard", "model_arguments", "parse_recipe_args", "run_recipe", "write_arguments",
+    "CSETrainingArguments", "ContrastiveDataArguments", "ContrastiveRecipe", "DataArguments", "RecipeArgumentParser",
+    "config_kwargs", "docstring_arguments", "is_csekit_output", "main_guard", "model_arguments", "parse_recipe_args",
+    "prepare_output_dir", "run_recipe", "write_arguments",
 ]

@@ -5,9 +5,7 @@
     csekit evaluate MODEL --tasks transfer,clustering [--transfer-protocol senteval|fast] [--transfer-jobs N]
 """
 
-import json
-from pathlib import Path
-
+from ..atomic import output_file, write_json
 from ..data import resolve_data_dir
 from ..errors import DataError
 from .sts import STS_TASKS, STSEvaluator, format_sts_table
@@ -75,6 +73,9 @@ def run_evaluate(args) -> int:
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise DataError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     resolve_device(args.device)  # a bad --device fails before any data is read
+    if args.max_length is not None and args.max_length < 1:  # 0 would silently mean the model maximum
+        raise DataError(f"--max-length must be >= 1, got {args.max_length}")
+    output = output_file(args.output) if args.output else None  # a bad --output fails before any work
     data_dir = resolve_data_dir(args.data_dir)
     evaluator = STSEvaluator(data_dir, STS_TASKS, split="test") if "sts" in suites else None
     embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size, args.device)
@@ -91,10 +92,8 @@ def run_evaluate(args) -> int:
     for suite in ("transfer", "clustering", "geometry"):
         if suite in record:
             print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], 4 if suite == "geometry" else 2))
-    if args.output:
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(record, indent=2) + "\n")
+    if output:
+        write_json(output, record)
     return 0
 
 

@@ -6,10 +6,10 @@
         --tasks sts,clustering --output outputs/extract/grid.json
 """
 
-import json
+import argparse
 import time
-from pathlib import Path
 
+from ..atomic import output_file, write_json, write_text
 from ..data import read_reference_corpus, resolve_data_dir, resolve_data_file
 from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
@@ -27,10 +27,9 @@ def _list(value: str) -> list:
 
 
 def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError
-    return number
+    if not value.lstrip("-").isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def add_extract_parser(subparsers) -> None:
@@ -147,6 +146,7 @@ def format_grid(rows: list) -> str:
 
 
 def run_extract(args) -> int:
+    output = output_file(args.output) if args.output else None  # a bad --output fails before any work
     resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)
     suites = _list(args.tasks)
@@ -179,13 +179,11 @@ def run_extract(args) -> int:
     markdown = format_grid(rows)
     print(markdown)
     print(f"\n{len(rows)} cells, {cache.encodings} encoding pass(es), {seconds:.1f} s")
-    if args.output:
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
+    if output:
         record = {"settings": {k: v for k, v in vars(args).items() if k != "handler"}, "rows": rows,
                   "encodings": cache.encodings, "seconds": round(seconds, 1)}
-        output.write_text(json.dumps(record, indent=2) + "\n")
-        output.with_suffix(".md").write_text(markdown + "\n")
+        write_json(output, record)
+        write_text(output.with_suffix(".md"), markdown + "\n")
     return 0
 
 

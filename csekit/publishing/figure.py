@@ -7,12 +7,13 @@ Alignment and uniformity use the definitions (and the STS-B train sentences and 
     # {"alignment": .., "uniformity": ..}
 """
 
-from pathlib import Path
+import io
 from typing import Callable
 
 import numpy as np
 from matplotlib.figure import Figure  # no pyplot: nothing global (backend, figure registry) is touched
 
+from ..atomic import write_bytes
 from ..evaluation.geometry import GeometryEvaluator, alignment, uniformity
 
 FIGURE_FILE = "alignment_uniformity.png"
@@ -28,7 +29,7 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
     Args:
         embed: ``list[str] -> (n, d)`` array.
         data_dir: the data folder.
-        path: where the PNG goes.
+        path: where the PNG goes (written atomically).
     Returns:
         ``{"alignment": float, "uniformity": float}`` rounded to 4 digits, as in :class:`GeometryEvaluator`.
     """
@@ -57,8 +58,9 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
         axis.set_xlabel("squared L2 distance of normalised embeddings")
     left.set_ylabel("pairs")
     figure.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=110)
+    write_bytes(path, png.getvalue())
     return numbers
 
 

@@ -16,6 +16,7 @@ from typing import Optional
 from huggingface_hub import HfApi, constants
 
 from ..errors import DataError
+from ..loading import check_safetensors
 from .figure import FIGURE_FILE
 from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
 
@@ -48,7 +49,7 @@ def files_to_push(model_dir) -> list:
     """Check that ``model_dir`` is a complete, pickle-free csekit folder and list the files to upload.
 
     Raises :class:`DataError` naming the first missing piece (weights, ``auto_map``, code, tokenizer, card,
-    ``eval_results.json``).
+    ``eval_results.json``) or a truncated or corrupt safetensors file.
     """
     folder = Path(model_dir)
     if not (folder / "config.json").is_file():
@@ -66,6 +67,7 @@ def files_to_push(model_dir) -> list:
         if not index.is_file():
             raise DataError(f"{folder}: sharded weights without model.safetensors.index.json")
         weights.append(index.name)
+    check_safetensors(folder)
     tokenizer = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
     if "tokenizer_config.json" not in tokenizer:
         raise DataError(f"{folder}: no tokenizer (tokenizer_config.json); save the tokenizer next to the model")

@@ -21,7 +21,7 @@ from transformers import AutoConfig
 from ..errors import DataError
 from ..evaluation.encoders import load_embedder
 from ..evaluation.sts import STS_TASKS
-from ..atomic import write_json, write_text
+from ..atomic import output_file, write_json, write_text
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
 from .figure import FIGURE_FILE, alignment_uniformity_figure
@@ -222,6 +222,7 @@ def write_model_card(
     """
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
+    output = output_file(output) if output else None  # before any encoding
     local = Path(model).is_dir()
     folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
     if not local:
@@ -231,7 +232,7 @@ def write_model_card(
     load_eval_record(folder)  # fail on a bad folder before any encoding
     if local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file())):
         evaluate_figure(folder, data_dir)
-    return write_text(Path(output) if output else folder / "README.md", str(render_model_card(folder, repo_id, license)))
+    return write_text(output or folder / "README.md", str(render_model_card(folder, repo_id, license)))
 
 
 __all__ = [

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from ..atomic import staged_folder, write_json
 from ..errors import DataError
 from ..loading import resolve_model_path
 from ..modeling import SentenceEncoderPreTrainedModel
@@ -111,9 +112,7 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
                         "sentence-transformers equivalent; use --layout remote-code")
     chosen = "plain" if layout == "plain" or (layout == "auto" and can_be_plain) else "remote-code"
     expected = model.encode(list(PROBE_SENTENCES), convert_to_numpy=True)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as work:
-        staged = Path(work) / "model"
+    with tempfile.TemporaryDirectory() as work, staged_folder(out_dir, replace=overwrite) as staged:
         if chosen == "plain":
             build_plain(model, Path(work)).save(str(staged), create_model_card=False)
         else:
@@ -121,7 +120,7 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
             shutil.copy(ST_MODULE_FILE, staged / ST_MODULE_FILE.name)
             modules = json.loads((staged / "modules.json").read_text())
             modules[0]["type"] = f"{ST_MODULE_FILE.stem}.CSEKitEncoder"  # the copy in the folder, not csekit's
-            (staged / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+            write_json(staged / "modules.json", modules)
         card = Path(resolve_model_path(str(model_dir))) / "README.md"
         if card.is_file():
             shutil.copy(card, staged / "README.md")
@@ -132,9 +131,6 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
         if not difference <= TOLERANCE:
             raise DataError(f"export check failed: sentence-transformers embeddings differ from model.encode by "
                             f"{difference:.2e} (> {TOLERANCE:g}); nothing was written")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        shutil.move(str(staged), out_dir)
     return {"layout": chosen, "max_abs_difference": difference, "out_dir": str(out_dir)}
 
 

@@ -1,0 +1,249 @@
+"""Bad input: every command answers one line on stderr, exits with status 2 and writes nothing.
+
+``ROWS`` is the README's "Bad input" table, row for row (``test_readme_table_is_the_rows``): each row is one case
+of ``test_bad_input``, run in-process through ``csekit.cli.main`` in a folder holding the inputs below. An answer is
+the whole stderr line (transformers' "Loading weights" progress bar aside); ``…`` stands for any text (a path, a
+library's own words).
+"""
+
+import hashlib
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from conftest import REPO_ROOT, tiny_bert_config
+from csekit import cli
+
+
+class Row(NamedTuple):
+    command: str
+    input: str
+    answer: str
+
+
+HUB_OFFLINE = ("someone/uncached: not in the local Hugging Face cache (…) and HF_HUB_OFFLINE=1 is set; unset "
+               "HF_HUB_OFFLINE to download it")
+TRUNCATED = "truncated/model.safetensors: truncated or corrupt safetensors file (…); save or download the model again"
+CORRUPT = "corrupt/model.safetensors: truncated or corrupt safetensors file (…); save or download the model again"
+NO_CONFIG = "weights-only: model folder has weights but no config.json"
+NOT_CSEKIT = ("--output_dir not-csekit: exists and is not a csekit output folder (no training_args.json, checkpoint-* "
+              "or csekit config.json); choose another folder or pass --overwrite_output_dir true")
+OUTPUT_FOLDER = "--output not-csekit: is a folder; give a file name, e.g. not-csekit/results.json"
+E = "csekit: error: "
+
+ROWS = [
+    # recipes (see DEFAULTS for the flags the rows add)
+    Row("csekit train simcse --model_name_or_path weights-only", "model folder with weights, no `config.json`",
+        E + NO_CONFIG),
+    Row("csekit train simcse --model_name_or_path truncated", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit train simcse --model_name_or_path corrupt", "corrupt `model.safetensors` header", E + CORRUPT),
+    Row("csekit train simcse --max_seq_length 0", "length ≤ 0",
+        "csekit train simcse: error: --max_seq_length must be >= 1, got 0 (see csekit train simcse --help)"),
+    Row("csekit train simcse --per_device_train_batch_size 0", "batch size ≤ 0", "csekit train simcse: error: "
+        "--per_device_train_batch_size must be >= 1, got 0 (see csekit train simcse --help)"),
+    Row("csekit train simcse --train_file bad-utf8.txt", "non-UTF-8 data file",
+        E + "bad-utf8.txt:2: not valid UTF-8 (invalid start byte at byte 0)"),
+    Row("csekit train simcse --train_file empty.txt", "empty data file",
+        E + "empty.txt: no sentences (the file is empty or blank)"),
+    Row("csekit train simcse --train_file wrong-columns.csv", "CSV with wrong columns",
+        E + "wrong-columns.csv:1: header is 'premise,hypothesis', expected 'sent0,sent1' or 'sent0,sent1,hard_neg'"),
+    Row("csekit train simcse --output_dir not-csekit", "existing folder that is not csekit's", E + NOT_CSEKIT),
+    Row("csekit train simcse --pooler_type mean", "unknown pooler",
+        E + "invalid model configuration: unknown pooler_type 'mean'…"),
+    Row("csekit train simcse --no_such_flag 1", "unknown flag",
+        "csekit train simcse: error: unrecognized arguments: --no_such_flag 1 (see csekit train simcse --help)"),
+    Row("csekit train simcse --model_name_or_path someone/uncached", "uncached Hub id, offline", E + HUB_OFFLINE),
+    Row("csekit train clsr --model_name_or_path weights-only", "model folder with weights, no `config.json`",
+        E + NO_CONFIG),
+    Row("csekit train clsr --model_name_or_path truncated", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit train clsr --per_device_train_batch_size 0", "batch size ≤ 0",
+        "csekit train clsr: error: --per_device_train_batch_size must be >= 1, got 0 (see csekit train clsr --help)"),
+    Row("csekit train clsr --encode_batch_size 0", "batch size ≤ 0",
+        "csekit train clsr: error: --encode_batch_size must be >= 1, got 0 (see csekit train clsr --help)"),
+    Row("csekit train clsr --train_file bad-utf8.csv", "non-UTF-8 data file",
+        E + "bad-utf8.csv:2: not valid UTF-8 (invalid start byte at byte 0)"),
+    Row("csekit train clsr --train_file empty.csv", "empty data file",
+        E + "empty.csv: empty file, expected a header 'sent0,sent1[,hard_neg]'"),
+    Row("csekit train clsr --train_file wrong-columns.csv", "CSV with wrong columns",
+        E + "wrong-columns.csv:1: header is 'premise,hypothesis', expected 'sent0,sent1' or 'sent0,sent1,hard_neg'"),
+    Row("csekit train clsr --output_dir not-csekit", "existing folder that is not csekit's", E + NOT_CSEKIT),
+    Row("csekit train clsr --pooler_type mean", "unknown pooler",
+        E + "invalid model configuration: unknown pooler_type 'mean'…"),
+    Row("csekit train clsr --model_name_or_path someone/uncached", "uncached Hub id, offline", E + HUB_OFFLINE),
+    # evaluate
+    Row("csekit evaluate weights-only", "model folder with weights, no `config.json`", E + NO_CONFIG),
+    Row("csekit evaluate truncated", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit evaluate corrupt", "corrupt `model.safetensors` header", E + CORRUPT),
+    Row("csekit evaluate tiny --max-length 0", "length ≤ 0", E + "--max-length must be >= 1, got 0"),
+    Row("csekit evaluate tiny --batch-size 0", "batch size ≤ 0", E + "--batch-size must be >= 1, got 0"),
+    Row("csekit evaluate tiny --pooler mean", "unknown pooler",
+        E + "unknown pooler 'mean'; choose one of cls, cls_before_pooler, avg, avg_first_last, avg_top2, layers"),
+    Row("csekit evaluate tiny --tasks sts,bogus", "unknown suite",
+        E + "unknown task suite(s) bogus; choose from sts, transfer, clustering, geometry"),
+    Row("csekit evaluate tiny --output not-csekit", "output file that is a folder", E + OUTPUT_FOLDER),
+    Row("csekit evaluate tiny --data-dir missing", "missing data folder",
+        E + "no data folder found (tried: missing); pass --data-dir, set CSEKIT_DATA_DIR, or run "
+        "`csekit download senteval`"),
+    Row("csekit evaluate someone/uncached", "uncached Hub id, offline", E + HUB_OFFLINE),
+    # extract (the rows add --models tiny)
+    Row("csekit extract --models weights-only", "model folder with weights, no `config.json`", E + NO_CONFIG),
+    Row("csekit extract --models truncated", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit extract --max-length 0", "length ≤ 0",
+        "csekit extract: error: argument --max-length: must be an integer >= 1, got '0' (see csekit extract --help)"),
+    Row("csekit extract --batch-size 0", "batch size ≤ 0",
+        "csekit extract: error: argument --batch-size: must be an integer >= 1, got '0' (see csekit extract --help)"),
+    Row("csekit extract --reference bad-utf8.txt", "non-UTF-8 data file",
+        E + "bad-utf8.txt:2: not valid UTF-8 (invalid start byte at byte 0)"),
+    Row("csekit extract --reference empty.txt", "empty data file",
+        E + "empty.txt: no sentences (the file is empty or blank)"),
+    Row("csekit extract --tasks bogus", "unknown suite", E + "unknown task suite(s) bogus; choose from …"),
+    Row("csekit extract --sts-tasks STS99", "unknown STS task", E + "unknown STS task(s) STS99; choose from …"),
+    Row("csekit extract --aggregations bogus", "unknown aggregation",
+        E + "unknown aggregation(s) bogus; choose from …"),
+    Row("csekit extract --layers bogus", "unknown layer spec", E + "bad layer spec 'bogus': use …"),
+    Row("csekit extract --postprocessing bogus", "unknown post-processing step",
+        E + "unknown post-processing step 'bogus'; choose from …"),
+    Row("csekit extract --output not-csekit", "output file that is a folder", E + OUTPUT_FOLDER),
+    Row("csekit extract --models someone/uncached", "uncached Hub id, offline", E + HUB_OFFLINE),
+    # card
+    Row("csekit card weights-only", "model folder with weights, no `config.json`", E + NO_CONFIG),
+    Row("csekit card truncated", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit card bert", "model folder without `eval_results.json`",
+        E + "bert/eval_results.json: no such file; train with a csekit recipe or run `csekit evaluate bert --output "
+        "bert/eval_results.json` first"),
+    Row("csekit card tiny --output not-csekit", "output file that is a folder", E + OUTPUT_FOLDER),
+    Row("csekit card tiny --figure sometimes", "unknown choice",
+        "csekit card: error: argument --figure: invalid choice: 'sometimes' (choose from …) (see csekit card --help)"),
+    Row("csekit card someone/uncached --output card.md", "uncached Hub id, offline", E + HUB_OFFLINE),
+    # push
+    Row("csekit push weights-only me/model --dry-run", "model folder with weights, no `config.json`",
+        E + "weights-only: not a model folder (no config.json)"),
+    Row("csekit push truncated me/model --dry-run", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit push bert me/model --dry-run", "not a csekit model folder",
+        E + "bert/config.json has no auto_map for AutoConfig/AutoModel; save it with csekit (import csekit first) so "
+        "it loads with trust_remote_code"),
+    Row("csekit push tiny noslash", "bad repository id", E + "repo id must look like 'namespace/name', got 'noslash'"),
+    Row("csekit push tiny me/model", "offline",
+        E + "HF_HUB_OFFLINE is set, so the Hub cannot be reached; unset it to push"),
+    # export-st
+    Row("csekit export-st weights-only st", "model folder with weights, no `config.json`", E + NO_CONFIG),
+    Row("csekit export-st truncated st", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit export-st bert st", "not a csekit model", E + "bert: not a csekit model (model_type 'bert')"),
+    Row("csekit export-st tiny not-csekit", "existing output folder",
+        E + "not-csekit already exists (pass --overwrite to replace it)"),
+    Row("csekit export-st tiny st --layout fancy", "unknown choice",
+        "csekit export-st: error: argument --layout: invalid choice: 'fancy' (choose from …) "
+        "(see csekit export-st --help)"),
+    Row("csekit export-st someone/uncached st", "uncached Hub id, offline", E + HUB_OFFLINE),
+    # download
+    Row("csekit download wiki2m --data-dir data", "unknown corpus",
+        "csekit download: error: argument NAME: invalid choice: 'wiki2m' (choose from …) (see csekit download --help)"),
+    Row("csekit download nli --data-dir data", "not cached, offline",
+        E + "nli_for_simcse.csv: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set"),
+]
+# flags a row's command gets unless it gives them (the table stays readable)
+DEFAULTS = {
+    "csekit train simcse": ["--model_name_or_path", "bert", "--train_file", "sentences.txt", "--output_dir", "out"],
+    "csekit train clsr": ["--model_name_or_path", "bert", "--train_file", "pairs.csv", "--output_dir", "out",
+                          "--cache_dir", "cache"],
+    "csekit extract": ["--models", "tiny"],
+}
+
+
+def argv_of(command: str) -> list:
+    words = shlex.split(command)
+    for prefix, defaults in DEFAULTS.items():
+        if command.startswith(prefix):
+            for flag, value in zip(defaults[::2], defaults[1::2]):
+                if flag not in words:
+                    words += [flag, value]
+    return words[1:]  # without "csekit"
+
+
+def markdown_code(text: str) -> str:
+    text = text.replace("|", "\\|")  # a table cell
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def table_lines() -> list:
+    lines = ["| command | input | what it answers (stderr, one line) | exit |", "|---|---|---|---|"]
+    return lines + [f"| {markdown_code(row.command)} | {row.input} | {markdown_code(row.answer)} | 2 |" for row in ROWS]
+
+
+def test_readme_table_is_the_rows():
+    readme = (REPO_ROOT / "README.md").read_text().splitlines()
+    start = readme.index("## Bad input")
+    section = readme[start + 1 : next((i for i in range(start + 1, len(readme)) if readme[i].startswith("## ")),
+                                      len(readme))]
+    table = [line for line in section if line.startswith("|")]
+    assert table == table_lines()
+
+
+# ------------------------------------------------------------------------------------------------ the inputs
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tokenizer):
+    from transformers import BertModel
+
+    from csekit.modeling import SimCSEConfig, SimCSEModel
+
+    folder = tmp_path_factory.mktemp("bad_input")
+    tiny = folder / "tiny"
+    config = SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(), pooler_type="avg")
+    SimCSEModel(config).save_pretrained(tiny)
+    tokenizer.save_pretrained(tiny)
+    scores = dict.fromkeys(("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"), 1.0)
+    (tiny / "eval_results.json").write_text(json.dumps({"model": "tiny", "pooler": "avg", "sts": scores}))
+    (tiny / "README.md").write_text("card\n")
+    BertModel(tiny_bert_config(max_position_embeddings=512)).save_pretrained(folder / "bert")
+    tokenizer.save_pretrained(folder / "bert")
+    for name in ("weights-only", "truncated", "corrupt"):
+        copy = folder / name
+        copy.mkdir()
+        for path in tiny.iterdir():
+            (copy / path.name).write_bytes(path.read_bytes())
+    (folder / "weights-only" / "config.json").unlink()
+    weights = (folder / "truncated" / "model.safetensors").read_bytes()
+    (folder / "truncated" / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    (folder / "corrupt" / "model.safetensors").write_bytes(weights[:8] + b"#" * 32 + weights[40:])
+    (folder / "sentences.txt").write_text("".join(f"sentence number {i}\n" for i in range(70)))
+    (folder / "pairs.csv").write_text("sent0,sent1\n" + "".join(f"first {i},second {i}\n" for i in range(70)))
+    (folder / "bad-utf8.txt").write_bytes(b"fine\n\xff not utf-8\n")
+    (folder / "bad-utf8.csv").write_bytes(b"sent0,sent1\n\xff,b\n")
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "empty.csv").write_bytes(b"")
+    (folder / "wrong-columns.csv").write_text("premise,hypothesis\na,b\n")
+    (folder / "not-csekit").mkdir()
+    (folder / "not-csekit" / "notes.txt").write_text("someone's notes\n")
+    return folder
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+            for path in sorted(folder.rglob("*"))}
+
+
+PROGRESS_BAR = re.compile(r".*\| *\d+/\d+ \[.*\]|\s*")  # tqdm: "Loading weights: 100%|███| 37/37 [00:00<00:00, ..]"
+
+
+def run_cli(argv: list) -> int:
+    try:
+        return cli.main(argv)
+    except SystemExit as exit:  # argparse
+        return exit.code
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.command.removeprefix("csekit ") for row in ROWS])
+def test_bad_input(row, workspace, monkeypatch, capsys):
+    monkeypatch.chdir(workspace)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(workspace / "hf-cache"))
+    before = snapshot(workspace)
+    code = run_cli(argv_of(row.command))
+    stderr = [line for line in capsys.readouterr().err.strip().splitlines() if not PROGRESS_BAR.fullmatch(line)]
+    pattern = ".*".join(re.escape(part) for part in row.answer.split("…"))
+    assert code == 2 and len(stderr) == 1 and re.fullmatch(pattern, stderr[0]), stderr
+    assert snapshot(workspace) == before  # nothing written
