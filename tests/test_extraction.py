@@ -1,5 +1,8 @@
 """Training-free extraction: post-processing, idf, biases, prompts, static models, the cached grid, and the CLI."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoModel, PreTrainedTokenizerFast
 
 from csekit.modeling.pooling import pool
-from tests.conftest import tiny_bert_config
+from tests.conftest import REPO_ROOT, tiny_bert_config
 from csekit.cli import main
 from csekit.errors import DataError
 from csekit.loading import resolve_device
@@ -177,6 +180,14 @@ def make_extractor():
     return Extractor(SENTENCES[::-1], HiddenStateCache(), batch_size=4)
 
 
+def text_positions_mask(batch):
+    """1 on t1..tN (paper eq. 1): every real position but the first ([CLS]) and the last real one ([SEP])."""
+    mask = batch["attention_mask"].clone().float()
+    mask[:, 0] = 0
+    mask[torch.arange(len(mask)), batch["attention_mask"].sum(1) - 1] = 0
+    return mask
+
+
 def test_avg_matches_model_pooling_and_cache_reuses_states(tiny_source, tokenizer):
     extractor = make_extractor()
     settings = [ExtractionSetting("first_last", "none", agg, parse_postprocessing(pp))
@@ -186,13 +197,20 @@ def test_avg_matches_model_pooling_and_cache_reuses_states(tiny_source, tokenize
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         outputs = tiny_source.model(**batch, output_hidden_states=True)
-    expected = pool("avg_first_last", [1, 2], outputs.hidden_states, batch["attention_mask"])
-    np.testing.assert_allclose(vectors[("avg", "none")], expected.numpy(), atol=1e-5)
-    # idf-t: same states, weights log(N/df) normalised
-    ids = tokenize_ids(tokenizer, SENTENCES)
-    table = torch.from_numpy(inverse_document_frequency(ids, len(tokenizer)))
-    weights = normalized_token_weights(batch["input_ids"], batch["attention_mask"], table)
     states = (outputs.hidden_states[1] + outputs.hidden_states[2]) / 2
+    # eq. 3: the mean over the text's N tokens, [CLS] and [SEP] not among them
+    text = text_positions_mask(batch)
+    expected = (states * text[..., None]).sum(1) / text.sum(1, keepdim=True)
+    np.testing.assert_allclose(vectors[("avg", "none")], expected.numpy(), atol=1e-5)
+    # the explicit option is SimCSE's avg_first_last pooler (attention-mask mean, [CLS]/[SEP] included)
+    with_special = Extractor(SENTENCES[::-1], HiddenStateCache(), batch_size=4, average_special_tokens=True)
+    pooler = pool("avg_first_last", [1, 2], outputs.hidden_states, batch["attention_mask"])
+    np.testing.assert_allclose(with_special.embed(tiny_source, SENTENCES, settings[0]), pooler.numpy(), atol=1e-5)
+    # idf-t: same states, weights log(N/df) over the texts, normalised over the text's tokens
+    ids = [set(row) for row in tokenizer(SENTENCES)["input_ids"]]
+    idf = {t: np.log(len(ids) / sum(t in row for row in ids)) for row in ids for t in row}
+    weights = torch.tensor([[idf.get(int(t), 0.0) for t in row] for row in batch["input_ids"]]) * text
+    weights = weights / weights.sum(1, keepdim=True)
     np.testing.assert_allclose(vectors[("idf-t", "none")], (states * weights[..., None]).sum(1).numpy(), atol=1e-5)
 
 
@@ -215,7 +233,7 @@ def test_random_embeddings_seeded_and_averaged(tokenizer):
     assert abs(float(source.table.std()) - 0.1) < 1e-3
     torch.testing.assert_close(source.table, RandomEmbeddingSource(tokenizer, seed=7).table)
     vectors = make_extractor().embed(source, SENTENCES[:1], ExtractionSetting("-", "none", "avg"))
-    ids = tokenizer(SENTENCES[:1])["input_ids"][0]
+    ids = tokenizer(SENTENCES[:1], add_special_tokens=False)["input_ids"][0]  # t1..tN, no [CLS]/[SEP]
     np.testing.assert_allclose(vectors[0], source.table[ids].mean(0).numpy(), atol=1e-6)
 
 
@@ -260,6 +278,278 @@ def test_avg_and_mixed_specs_of_one_grid_share_one_averaged_model(saved_tiny_mod
     assert mixed.parts[1][0] is static  # the corpus is averaged once for both specs
     alone = load_source(f"{saved_tiny_model}+avg:0.5", data_dir, SENTENCES)
     assert alone.parts[1][0] is not static
+
+
+def idf_of(tokenizer, documents, unseen=None) -> dict:
+    """idf = log(N / df) over token-id sets of ``documents`` (paper eq. 4), written here from the equation."""
+    sets = [set(ids) for ids in tokenizer(list(documents))["input_ids"]]
+    vocabulary = set().union(*sets)
+    table = {token: float(np.log(len(sets) / sum(token in row for row in sets))) for token in vocabulary}
+    return table if unseen is None else dict(table, default=unseen)
+
+
+def pooled_with(states, batch, weight_of) -> np.ndarray:
+    """Weighted mean over t1..tN with per-token weights ``weight_of(token_id)`` scaled to sum to 1 per text."""
+    text = text_positions_mask(batch)
+    weights = torch.tensor([[weight_of(int(token)) if real else 0.0 for token, real in zip(row, mask)]
+                            for row, mask in zip(batch["input_ids"], text)])
+    weights = weights / weights.sum(1, keepdim=True)
+    return (states * weights[..., None]).sum(1).numpy()
+
+
+def test_fit_set_fits_postprocessing_and_idf_t(tiny_source, tokenizer):
+    extractor = make_extractor()
+    texts, fit = SENTENCES[:3], SENTENCES * 2 + ["completely different words appear here ."]
+    plain, fit_vectors = (extractor.embed(tiny_source, t, ExtractionSetting("last", "none", "avg")) for t in (texts, fit))
+    zscore = ExtractionSetting("last", "none", "avg", parse_postprocessing("zscore"))
+    np.testing.assert_allclose(extractor.embed(tiny_source, texts, zscore, fit_texts=fit),
+                               (plain - fit_vectors.mean(0)) / fit_vectors.std(0), atol=1e-4)
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = tiny_source.model(**batch).last_hidden_state
+    idf = idf_of(tokenizer, fit)
+    expected = pooled_with(states, batch, lambda token: idf[token])
+    vectors = extractor.embed(tiny_source, texts, ExtractionSetting("last", "none", "idf-t"), fit_texts=fit)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+
+
+def test_sts_fit_set_all_splits_is_train_dev_test_of_sts_b_and_sick_r(data_dir):
+    from csekit.evaluation.sts import load_sts_task
+    from csekit.extraction.grid import evaluation_units
+
+    def fit_sets(fit_set):
+        seen = {}
+
+        def scorer(name):
+            def embed(texts, fit_texts=None):
+                seen[name] = fit_texts
+                return np.random.default_rng(0).normal(size=(len(texts), 4))
+            return embed
+
+        for _, name, score in evaluation_units(["sts"], data_dir, sts_tasks=["STS13", "STSBenchmark", "SICKRelatedness"],
+                                               sts_fit_set=fit_set):
+            score(scorer(name))
+        return seen
+
+    assert fit_sets("test") == {"STS13": None, "STSBenchmark": None, "SICKRelatedness": None}
+    seen = fit_sets("all-splits")
+    assert seen["STS13"] is None  # STS12-16 have a test split only
+    for task, sizes in (("STSBenchmark", (5749, 1500, 1379)), ("SICKRelatedness", (4500, 500, 4927))):
+        splits = [load_sts_task(data_dir, task, split) for split in ("train", "dev", "test")]
+        assert [len(pairs.scores) for pairs in splits] == list(sizes)
+        assert seen[task] == [s for pairs in splits for s in pairs.sentences1 + pairs.sentences2]  # duplicates kept
+    with pytest.raises(DataError, match="fit set"):
+        evaluation_units(["sts"], data_dir, sts_tasks=["STS13"], sts_fit_set="train")
+
+
+def test_extract_cli_all_splits_fits_zscore_on_train_dev_test(data_dir, tmp_path):
+    """End to end: ``csekit extract --sts-fit-set all-splits`` scores STS-B test with z-score fitted on the sentences
+    of every train, dev and test pair, computed here from the definitions (RE vectors: seeded N(0, 0.1^2) rows, mean
+    over t1..tN; z-score; cosine; Spearman), not from csekit's helpers."""
+    from scipy.stats import spearmanr
+    from transformers import AutoTokenizer
+
+    from csekit.evaluation.sts import load_sts_task
+    from csekit.extraction.extractor import bert_tokenizer_path
+
+    def run(fit_set):
+        output = tmp_path / f"{fit_set}.json"
+        assert main(["extract", "--models", "re", "--sts-tasks", "STSBenchmark", "--postprocessing", "zscore",
+                     "--sts-fit-set", fit_set, "--data-dir", str(data_dir), "--output", str(output)]) == 0
+        return json.loads(output.read_text())["rows"][0]["sts"]["STSBenchmark"]
+
+    tok = AutoTokenizer.from_pretrained(bert_tokenizer_path(data_dir))
+    table = np.random.default_rng(42).normal(0.0, 0.1, (len(tok), 768)).astype(np.float32)
+
+    def vectors(sentences):
+        return np.stack([table[ids].mean(0) for ids in tok(sentences, add_special_tokens=False)["input_ids"]])
+
+    splits = {split: load_sts_task(data_dir, "STSBenchmark", split) for split in ("train", "dev", "test")}
+    test = splits["test"]
+
+    def expected(fit_pairs):
+        fit = vectors([s for pairs in fit_pairs for s in pairs.sentences1 + pairs.sentences2]).astype(np.float64)
+        mean, std = fit.mean(0), fit.std(0)
+        a, b = ((vectors(side) - mean) / std for side in (test.sentences1, test.sentences2))
+        cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        return 100 * spearmanr(cosine, test.scores).statistic
+
+    everything, test_only = expected(splits.values()), expected([test])
+    assert abs(everything - test_only) > 0.5  # the two fit sets are distinguishable on this task
+    assert run("all-splits") == pytest.approx(everything, abs=0.01)
+    assert run("test") == pytest.approx(test_only, abs=0.01)
+
+
+# The paper's RE column (Tables A2-A7, seed 42; STS12 is printed without decimals in our copy): avg and avg + whiten
+# are the issue's rows, zscore also pins the STS-B / SICK-R fit set (train+dev+test gives 53.2 on STS-B, paper 54.6).
+PAPER_RE = {
+    "none": {"STS13": 48.8, "STS14": 48.2, "STS15": 62.1, "STS16": 55.5, "STSBenchmark": 46.5, "SICKRelatedness": 53.1},
+    "whiten": {"STS13": 75.1, "STS14": 68.3, "STS15": 67.9, "STS16": 67.1, "STSBenchmark": 68.1,
+               "SICKRelatedness": 53.3},
+    "zscore": {"STS13": 55.9, "STS14": 53.5, "STS15": 64.3, "STS16": 60.4, "STSBenchmark": 54.6,
+               "SICKRelatedness": 56.3},
+}
+
+
+def test_random_embeddings_reproduce_the_papers_re_column(data_dir):
+    from csekit.extraction.extractor import load_source
+    from csekit.extraction.grid import evaluation_units
+
+    source = load_source("re", data_dir, seed=42)
+    extractor = Extractor([], HiddenStateCache())
+    units = evaluation_units(["sts"], data_dir, sts_tasks=list(PAPER_RE["none"]))
+    off = {}
+    for _, task, score in units:
+        for chain, row in PAPER_RE.items():
+            ours = score(extractor.embedder(source, ExtractionSetting("-", "none", "avg", parse_postprocessing(chain))))
+            if abs(ours - row[task]) > 0.15:
+                off[(task, chain)] = (ours, row[task])
+        extractor.cache.release()
+    assert not off, f"(ours, paper) beyond 0.15: {off}"
+
+
+def test_template_tokens_and_mask_are_weighted_like_any_token(tiny_source, tokenizer):
+    """One rule (idf.py): a template's words and [MASK] are tokens of the templated text, weighted like any token by
+    tables counted on raw sentences."""
+    reference = SENTENCES[::-1]
+    extractor = Extractor(reference, HiddenStateCache(), batch_size=4)
+    texts = SENTENCES[:4]
+    template = resolve_template("T0")
+    filled = template.fill(texts, tokenizer.mask_token)
+    batch = tokenizer(filled, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = tiny_source.model(**batch).last_hidden_state
+    mask_id = tokenizer.mask_token_id
+    # both tables counted on raw sentences; a token absent from the corpus ([MASK], "means", ...) gets log N
+    idf_t = idf_of(tokenizer, texts, unseen=float(np.log(len(texts))))
+    idf_w = idf_of(tokenizer, reference, unseen=float(np.log(len(reference))))
+    assert mask_id not in idf_t and mask_id not in idf_w and tokenizer.convert_tokens_to_ids("means") not in idf_t
+    keep = bias_token_table(tokenizer, tokenize_ids(tokenizer, reference))
+    assert keep[mask_id] == 1  # [MASK] is neither frequent, punctuation nor a subword
+    expected = {
+        "avg": pooled_with(states, batch, lambda token: 1.0),
+        "idf-t": pooled_with(states, batch, lambda token: idf_t.get(token, idf_t["default"])),
+        "idf-w": pooled_with(states, batch, lambda token: idf_w.get(token, idf_w["default"])),
+        "no-biases": pooled_with(states, batch, lambda token: float(keep[token])),
+    }
+    for aggregation, vectors in expected.items():
+        ours = extractor.embed(tiny_source, texts, ExtractionSetting("last", "T0", aggregation))
+        np.testing.assert_allclose(ours, vectors, atol=1e-5, err_msg=aggregation)
+
+
+# --------------------------------------------------------------------------------------------- on-disk cache
+class CodeOnUnpickle:
+    """Unpickling this (``torch.load(weights_only=False)``, ``pickle.load``) creates the file ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def cached_embed(model_spec, data_dir, cache_dir, texts=SENTENCES, avg_corpus=None):
+    from csekit.extraction.extractor import load_source
+
+    cache = HiddenStateCache(cache_dir)
+    extractor = Extractor(SENTENCES[::-1], cache, batch_size=4)
+    source = load_source(model_spec, data_dir, avg_corpus)
+    return extractor.embed(source, texts, ExtractionSetting("last", "none", "avg")), cache
+
+
+def copy_model(saved_tiny_model, tmp_path):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(saved_tiny_model, folder)
+    return folder
+
+
+def test_disk_cache_rebuilds_after_the_weights_are_overwritten(saved_tiny_model, data_dir, tmp_path):
+    from csekit.modeling import SimCSEModel
+
+    folder = copy_model(saved_tiny_model, tmp_path)
+    before, cache = cached_embed(str(folder), data_dir, tmp_path / "cache")
+    assert cache.encodings == 1
+    again, cache = cached_embed(str(folder), data_dir, tmp_path / "cache")
+    assert cache.encodings == 0 and np.array_equal(again, before)  # a hit from disk
+    model = SimCSEModel.from_pretrained(folder)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    model.save_pretrained(folder)  # same folder, same name, new weights
+    fresh, _ = cached_embed(str(folder), data_dir, None)
+    after, cache = cached_embed(str(folder), data_dir, tmp_path / "cache")
+    assert cache.encodings == 1 and not np.allclose(after, before, atol=1e-3)
+    np.testing.assert_array_equal(after, fresh)
+
+
+def test_disk_cache_keys_the_averaging_corpus(saved_tiny_model, data_dir, tmp_path):
+    spec = f"avg:{saved_tiny_model}"
+    first, _ = cached_embed(spec, data_dir, tmp_path, avg_corpus=SENTENCES)
+    other_corpus = SENTENCES[:3] + ["the guitar player is a man ."]
+    second, cache = cached_embed(spec, data_dir, tmp_path, avg_corpus=other_corpus)
+    fresh, _ = cached_embed(spec, data_dir, None, avg_corpus=other_corpus)
+    assert cache.encodings == 1 and not np.allclose(first, second)
+    np.testing.assert_array_equal(second, fresh)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip a byte", "crafted pickle"])
+def test_disk_cache_rebuilds_a_damaged_entry_and_never_unpickles(tiny_source, damage, tmp_path):
+    setting = ExtractionSetting("last", "none", "avg")
+    first = Extractor(SENTENCES[::-1], HiddenStateCache(tmp_path / "cache"), batch_size=4)
+    before = first.embed(tiny_source, SENTENCES, setting)
+    [entry] = (tmp_path / "cache").iterdir()
+    marker = tmp_path / "code-ran"
+    data = entry.read_bytes()
+    if damage == "truncate":
+        entry.write_bytes(data[: len(data) // 2])
+    elif damage == "flip a byte":
+        entry.write_bytes(data[:-7] + bytes([data[-7] ^ 0xFF]) + data[-6:])  # inside the last tensor's values
+    else:  # a pickle where the entry was, and one next to it under the old .pt name
+        torch.save(CodeOnUnpickle(marker), entry)
+        torch.save(CodeOnUnpickle(marker), entry.with_suffix(".pt"))
+    cache = HiddenStateCache(tmp_path / "cache")
+    try:
+        after = Extractor(SENTENCES[::-1], cache, batch_size=4).embed(tiny_source, SENTENCES, setting)
+    finally:
+        assert not marker.exists(), "the cache unpickled a file"
+    assert cache.encodings == 1 and len(cache.rebuilt) == 1, cache.rebuilt
+    np.testing.assert_array_equal(after, before)
+    reread = HiddenStateCache(tmp_path / "cache")  # the rebuilt entry is valid again
+    Extractor(SENTENCES[::-1], reread, batch_size=4).embed(tiny_source, SENTENCES, setting)
+    assert reread.encodings == 0 and not reread.rebuilt
+
+
+def test_model_loader_never_unpickles(saved_tiny_model, data_dir, tmp_path):
+    from csekit.extraction.extractor import load_source
+
+    folder = copy_model(saved_tiny_model, tmp_path)
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+    marker = tmp_path / "code-ran"
+    torch.save(CodeOnUnpickle(marker), folder / "pytorch_model.bin")
+    with pytest.raises(Exception):
+        load_source(str(folder), data_dir)
+    assert not marker.exists()
+
+
+def test_no_unpickling_call_in_the_package():
+    """Secondary to the crafted-file tests above: no pickle-reading call anywhere in csekit's code (csekit/,
+    modeling/, trainers/, recipes/) or in benchmarks/."""
+    import importlib.util
+    import re
+
+    pattern = re.compile(r"torch\.load\(|pickle\.loads?\(|joblib\.load|dill\.load|allow_pickle\s*=\s*True|"
+                         r"weights_only\s*=\s*False|Unpickler\(")
+    files = list((REPO_ROOT / "benchmarks").rglob("*.py"))
+    for package in ("csekit", "csekit.modeling", "csekit.trainers", "csekit.recipes"):
+        for folder in importlib.util.find_spec(package).submodule_search_locations:
+            files += Path(folder).glob("*.py" if package != "csekit" else "**/*.py")
+    assert any(path.parent.name == "benchmarks" for path in files) and len(files) > 40
+    hits = [f"{path}:{n}" for path in files for n, line in enumerate(path.read_text().splitlines(), 1)
+            if pattern.search(line)]
+    assert not hits, hits
 
 
 def test_resolve_device():

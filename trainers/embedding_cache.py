@@ -28,33 +28,17 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ..fingerprint import data_fingerprint, module_fingerprint, tensor_digest, tokenizer_fingerprint
+
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = "csekit-embedding-cache-v1"
 DEFAULT_CACHE_DIR = Path(os.environ.get("CSEKIT_CACHE_DIR", Path.home() / ".cache" / "csekit" / "embeddings"))
 
 
-def _tensor_digest(tensor: torch.Tensor) -> str:
-    return hashlib.sha256(tensor.detach().cpu().contiguous().view(torch.uint8).numpy()).hexdigest()
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """The tokenizer's vocabulary and pipeline, without its truncation/padding state (which each call resets)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return json.dumps(tokenizer.get_vocab(), sort_keys=True)
-    pipeline = json.loads(backend.to_str())
-    pipeline.pop("truncation", None)
-    pipeline.pop("padding", None)
-    return json.dumps(pipeline, sort_keys=True)
-
-
 def model_fingerprint(model, max_length: Optional[int] = None) -> str:
     """sha256 over everything that changes a pooled vector: backbone weights + config, tokenizer, pooling."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.encoder.state_dict().items()):
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(_tensor_digest(tensor).encode())
+    digest = hashlib.sha256(module_fingerprint(model.encoder).encode())
     digest.update(model.config.encoder_config.to_json_string(use_diff=False).encode())
     digest.update(tokenizer_fingerprint(model.tokenizer).encode())
     pooling = {
@@ -63,15 +47,6 @@ def model_fingerprint(model, max_length: Optional[int] = None) -> str:
         "max_length": max_length or model.config.max_length,
     }
     digest.update(json.dumps(pooling, sort_keys=True).encode())
-    return digest.hexdigest()
-
-
-def data_fingerprint(sentences: Sequence[str]) -> str:
-    """sha256 of the sentence list (order matters: row i of the cache is sentence i)."""
-    digest = hashlib.sha256(str(len(sentences)).encode())
-    for sentence in sentences:
-        encoded = sentence.encode("utf-8")
-        digest.update(len(encoded).to_bytes(8, "little") + encoded)
     return digest.hexdigest()
 
 
@@ -156,13 +131,13 @@ class EmbeddingCache:
         rows, dim = int(expected["rows"]), metadata.get("dim")
         if vectors.dim() != 2 or vectors.shape[0] != rows or str(vectors.shape[1]) != dim:
             return None, f"shape {tuple(vectors.shape)} does not match the metadata"
-        if _tensor_digest(vectors) != metadata.get("sha256"):
+        if tensor_digest(vectors) != metadata.get("sha256"):
             return None, "checksum mismatch"
         return vectors, None
 
     def _store(self, path: Path, vectors: torch.Tensor, expected: dict) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        metadata = {**expected, "dim": str(vectors.shape[1]), "sha256": _tensor_digest(vectors)}
+        metadata = {**expected, "dim": str(vectors.shape[1]), "sha256": tensor_digest(vectors)}
         handle, temporary = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
         os.close(handle)
         try:

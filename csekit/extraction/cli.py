@@ -17,7 +17,7 @@ from ..evaluation.suites import SUITE_TITLES, format_table
 from ..evaluation.transfer import PROTOCOLS as TRANSFER_PROTOCOLS
 from ..loading import resolve_device
 from .extractor import AGGREGATIONS, LAYER_PRESETS, Extractor, HiddenStateCache, load_reference
-from .grid import SUITES, evaluation_units, run_grid
+from .grid import STS_FIT_SETS, SUITES, evaluation_units, run_grid
 from .postprocessing import STEP_NAMES
 from .prompts import TEMPLATES
 
@@ -60,9 +60,18 @@ def add_extract_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--aggregations", default="avg",
-        help=f"Token aggregations: {', '.join(AGGREGATIONS)}. idf-w: idf of the reference corpus; idf-t: idf of the "
-        "target dataset; no-biases: drop special, 33 most frequent (reference corpus), punctuation and subword "
-        "tokens; mask: mean of the template's [MASK] states (skipped for template none).",
+        help=f"Token aggregations: {', '.join(AGGREGATIONS)}. avg: mean over the text's tokens ([CLS]/[SEP] "
+        "excluded, paper eq. 3); idf-w: idf of the reference corpus; idf-t: idf of the target dataset; no-biases: "
+        "drop the 33 most frequent (reference corpus), punctuation and subword tokens; mask: mean of the template's "
+        "[MASK] states (skipped for template none). With a template, its words and [MASK] are weighted like any "
+        "token: 1 under avg; under idf-t / idf-w their idf in the task's raw sentences / the reference corpus (idf "
+        "tables are never counted on templated texts; a token absent from the corpus, as [MASK] always is, gets the "
+        "unseen-token idf log N); no-biases drops them when frequent, punctuation or subword ([MASK] is kept).",
+    )
+    parser.add_argument(
+        "--average-special-tokens", action="store_true",
+        help="Also average the tokenizer's [CLS]/[SEP] (<s>/</s>) states, as SimCSE's avg pooler and "
+        "sentence-transformers' mean pooling do. Changes only avg (idf gives them 0, no-biases drops them).",
     )
     parser.add_argument(
         "--postprocessing", default="none",
@@ -74,6 +83,12 @@ def add_extract_parser(subparsers) -> None:
         "--sts-tasks", default=None, help=f"STS tasks to score (default all: {', '.join(STS_TASKS)}), for quick runs."
     )
     parser.add_argument(
+        "--sts-fit-set", choices=STS_FIT_SETS, default="test",
+        help="What target-fitted post-processing and idf-t learn from on STS: test (default; both sentences of every "
+        "test pair, duplicates kept: what reproduces the paper's tables) or all-splits (STS-B and SICK-R: every "
+        "train, dev and test pair, as SentEval's prepare receives them). Scoring is always on test.",
+    )
+    parser.add_argument(
         "--reference", default=None,
         help="Reference corpus for idf-w, biases and ^W fitting (default: wiki/wikitext-2-raw/wiki.test.raw in the "
         "data folder; .raw files are split into sentences, other files are one sentence per line).",
@@ -82,7 +97,11 @@ def add_extract_parser(subparsers) -> None:
         "--avg-corpus", default=None,
         help="Comma-separated corpora whose contexts the avg: models average (default: WikiText-2 test + wiki1m head).",
     )
-    parser.add_argument("--cache-dir", default=None, help="Also keep token states on disk here (reused across runs).")
+    parser.add_argument(
+        "--cache-dir", default=None,
+        help="Also keep token states on disk here, reused across runs: safetensors files keyed by the model's weights, "
+        "tokenizer, texts, template, layers and (avg:) averaging corpus; an invalid file is rebuilt.",
+    )
     parser.add_argument("--no-cache", action="store_true", help="Re-encode for every cell (for timing the cache).")
     parser.add_argument("--batch-size", type=_positive, default=64, help="Texts per forward pass.")
     parser.add_argument("--max-length", type=_positive, default=None, help="Truncation length (default: model max).")
@@ -133,7 +152,7 @@ def run_extract(args) -> int:
     suites = _list(args.tasks)
     units = evaluation_units(
         suites, data_dir, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
-        _list(args.sts_tasks) if args.sts_tasks else None, args.transfer_protocol,
+        _list(args.sts_tasks) if args.sts_tasks else None, args.transfer_protocol, sts_fit_set=args.sts_fit_set,
     )
     avg_corpus = None
     if args.avg_corpus:
@@ -148,7 +167,9 @@ def run_extract(args) -> int:
     if unknown:
         raise DataError(f"unknown aggregation(s) {', '.join(unknown)}; choose from {', '.join(AGGREGATIONS)}")
     cache = HiddenStateCache(args.cache_dir, enabled=not args.no_cache)
-    extractor = Extractor(load_reference(args.reference, data_dir), cache, args.max_length, args.batch_size)
+    extractor = Extractor(
+        load_reference(args.reference, data_dir), cache, args.max_length, args.batch_size, args.average_special_tokens
+    )
     start = time.perf_counter()
     rows = run_grid(
         lists["models"], lists["layers"], lists["templates"], lists["aggregations"], lists["postprocessing"], units,

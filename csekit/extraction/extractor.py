@@ -8,33 +8,52 @@ One extraction setting ("cell") is ``model x layers x template x aggregation x p
 * layers: ``last``, ``first_last`` (1 + last), ``1_2_last`` or ``+``-joined indices (``-1`` static token embeddings,
   ``0`` embedding output, ``i`` block i), see :func:`resolve_layers`;
 * template: ``none`` or T0-T4 (``prompts.py``);
-* aggregation: ``avg``, ``idf-w`` (idf of the reference corpus), ``idf-t`` (idf of the target texts), ``no-biases``
-  (drop frequent/punctuation/subword tokens), ``mask`` (mean of the template's mask positions);
-* post-processing: a chain from ``postprocessing.py``, fitted on the target texts or (``^W``) the reference corpus.
+* aggregation: ``avg`` (mean over the text's tokens t1..tN, paper eq. 3: ``[CLS]``/``[SEP]`` are not among them),
+  ``idf-w`` (idf of the reference corpus), ``idf-t`` (idf of the target texts), ``no-biases`` (drop
+  frequent/punctuation/subword tokens), ``mask`` (mean of the template's mask positions); how template tokens and
+  ``[MASK]`` are weighted is one rule, in ``idf.py``;
+* post-processing: a chain from ``postprocessing.py``, fitted on the target texts (the *fit set*, see
+  :meth:`Extractor.embed`) or (``^W``) the reference corpus.
 
 Performance: the token states of ``(model, texts, template, layers)`` are computed once by :class:`HiddenStateCache`
 and re-weighted per aggregation, so a whole aggregation x post-processing grid costs one encoding pass per dataset.
+With a cache folder the states also go to disk, keyed by content fingerprints (weights, tokenizer, texts, averaging
+corpus), stored as safetensors and verified on every load (:class:`HiddenStateCache`).
 """
 
 import hashlib
+import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
+from safetensors import safe_open
+from safetensors.torch import save as safetensors_bytes
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from ..atomic import write_bytes
 from ..data import read_reference_corpus, resolve_data_file
 from ..errors import DataError
+from ..fingerprint import combine, data_fingerprint, module_fingerprint, tensor_digest, tokenizer_fingerprint
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import deduplicate
 from ..modeling.modeling_encoder import build_encoder
 from ..modeling.pooling import STATIC_EMBEDDINGS_LAYER, masked_mean, mean_layer_states
-from .idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
+from .idf import (
+    bias_token_table,
+    framing_token_ids,
+    inverse_document_frequency,
+    normalized_token_weights,
+    text_token_mask,
+    tokenize_ids,
+)
 from .postprocessing import PostProcessingChain
 from .prompts import mask_token_weights, resolve_template
 from .static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
@@ -44,6 +63,9 @@ AGGREGATIONS = ("avg", "idf-w", "idf-t", "no-biases", "mask")
 DEFAULT_REFERENCE = "wiki/wikitext-2-raw/wiki.test.raw"
 DEFAULT_AVG_CORPUS = ("wiki/wikitext-2-raw/wiki.test.raw", "wiki/wiki1m_for_simcse.head11914.txt")
 BERT_TOKENIZER_DIR = "bert-base-uncased-tokenizer"
+CACHE_FORMAT = "csekit-hidden-states-v1"
+
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -82,6 +104,16 @@ class TransformerSource:
 
     def token_mask(self, input_ids: torch.Tensor) -> Optional[torch.Tensor]:
         return None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Every weight, the architecture config (not its folder path) and the tokenizer: what the states depend on."""
+        config = self.model.config.to_dict()
+        config.pop("_name_or_path", None)
+        return combine(
+            "transformer", module_fingerprint(self.model), json.dumps(config, sort_keys=True, default=str),
+            tokenizer_fingerprint(self.tokenizer),
+        )
 
 
 def load_transformer(name: str, data_dir, seed: int = 42, device: Optional[str] = None) -> TransformerSource:
@@ -162,19 +194,64 @@ class EncodedTexts:
     batches: list = field(default_factory=list)
 
 
-def texts_fingerprint(texts: Sequence[str]) -> str:
-    digest = hashlib.sha1()
-    for text in texts:
-        digest.update(text.encode("utf-8") + b"\0")
-    return digest.hexdigest()[:16]
+def _checksum(tensors: dict) -> str:
+    return combine(*(f"{name}:{tensor_digest(tensor)}" for name, tensor in sorted(tensors.items())))
+
+
+BATCH_FIELDS = ("rows", "input_ids", "attention_mask", "states")
+
+
+def save_encoded(path: Path, encoded: EncodedTexts, key: str) -> None:
+    """One safetensors file (tensors ``<batch>.<field>``, metadata: format, key, counts, sha256 of every tensor),
+    written atomically (:mod:`csekit.atomic`), so a crash never leaves a half-written entry."""
+    tensors = {
+        f"{index}.{name}": tensor.contiguous()
+        for index, batch in enumerate(encoded.batches) for name, tensor in zip(BATCH_FIELDS, batch)
+    }
+    metadata = {"format": CACHE_FORMAT, "key": key, "count": str(encoded.count), "batches": str(len(encoded.batches)),
+                "sha256": _checksum(tensors)}
+    write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
+
+
+def load_encoded(path: Path, key: str):
+    """``(EncodedTexts, None)`` for a valid entry of ``key``, else ``(None, reason)``. Only safetensors is read (never
+    a pickle); the metadata, every shape and the checksum are verified."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except Exception as error:  # truncated, garbled or non-safetensors files raise various errors
+        return None, f"unreadable ({type(error).__name__})"
+    if metadata.get("format") != CACHE_FORMAT or metadata.get("key") != key:
+        return None, "format or key differs"
+    try:
+        count, batches = int(metadata["count"]), int(metadata["batches"])
+        encoded = EncodedTexts(count, [tuple(tensors[f"{i}.{name}"] for name in BATCH_FIELDS) for i in range(batches)])
+    except (KeyError, ValueError):
+        return None, "missing tensors or counts"
+    if len(tensors) != batches * len(BATCH_FIELDS):
+        return None, "unexpected tensors"
+    for rows, input_ids, attention_mask, states in encoded.batches:
+        if not (rows.dim() == 1 and input_ids.dim() == 2 and input_ids.shape == attention_mask.shape
+                and states.dim() == 3 and states.shape[:2] == input_ids.shape and len(rows) == len(input_ids)):
+            return None, "inconsistent shapes"
+    rows = torch.cat([batch[0] for batch in encoded.batches]) if batches else torch.zeros(0, dtype=torch.long)
+    if not torch.equal(rows.sort().values, torch.arange(count)):
+        return None, "rows do not cover the texts"
+    if _checksum(tensors) != metadata.get("sha256"):
+        return None, "checksum mismatch"
+    return encoded, None
 
 
 class HiddenStateCache:
-    """Token states per ``(model, texts, template, layers, max_length)``, in memory and optionally on disk.
+    """Token states per key (source fingerprint, texts, template, layers, max length), in memory and optionally on disk.
 
     ``enabled=False`` re-encodes on every request (the baseline of ``benchmarks/extraction_cache.py``). In memory,
     :meth:`release` drops every entry except those of kept texts (the reference corpus), so a grid over many datasets
-    holds one dataset at a time; with ``directory`` set, entries also go to ``.pt`` files and survive runs.
+    holds one dataset at a time. With ``directory`` set, entries also go to ``<sha256 of the key>.safetensors`` files
+    and survive runs: the key holds content fingerprints (see :meth:`Extractor.token_states`), never a model name, so
+    overwritten weights or another averaging corpus get a new entry; a file that is unreadable, truncated, not
+    safetensors, or fails its metadata / shape / checksum checks is rebuilt (``rebuilt`` lists them), never used.
     """
 
     def __init__(self, directory: Optional[str] = None, enabled: bool = True):
@@ -182,44 +259,58 @@ class HiddenStateCache:
         self.enabled = enabled
         self.entries = {}
         self.encodings = 0
+        self.rebuilt = []
 
-    def get(self, key: tuple, compute: Callable[[], EncodedTexts]) -> EncodedTexts:
+    def path_for(self, key: dict) -> Optional[Path]:
+        if self.directory is None:
+            return None
+        name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
+        return self.directory / f"{name}.safetensors"
+
+    def get(self, key: dict, compute: Callable[[], EncodedTexts]) -> EncodedTexts:
         if not self.enabled:
             self.encodings += 1
             return compute()
-        if key in self.entries:
-            return self.entries[key]
-        path = None
-        if self.directory is not None:
-            path = self.directory / (hashlib.sha1(repr(key).encode()).hexdigest()[:20] + ".pt")
-            if path.is_file():
-                self.entries[key] = torch.load(path, weights_only=False)
-                return self.entries[key]
+        canonical = json.dumps(key, sort_keys=True)
+        if canonical in self.entries:
+            return self.entries[canonical]
+        path = self.path_for(key)
+        if path is not None and path.exists():
+            encoded, reason = load_encoded(path, canonical)
+            if reason is None:
+                self.entries[canonical] = encoded
+                return encoded
+            logger.warning("hidden-state cache %s is invalid (%s); rebuilding it", path, reason)
+            self.rebuilt.append((path, reason))
         self.encodings += 1
-        self.entries[key] = compute()
+        self.entries[canonical] = compute()
         if path is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            torch.save(self.entries[key], path.with_suffix(".tmp"))
-            path.with_suffix(".tmp").replace(path)  # never leave a half-written cache file
-        return self.entries[key]
+            save_encoded(path, self.entries[canonical], canonical)
+        return self.entries[canonical]
 
     def release(self, keep_fingerprints: Sequence[str] = ()) -> None:
-        self.entries = {key: value for key, value in self.entries.items() if key[1] in keep_fingerprints}
+        """Drop the in-memory entries whose texts fingerprint is not in ``keep_fingerprints``."""
+        self.entries = {key: value for key, value in self.entries.items()
+                        if json.loads(key)["texts"] in keep_fingerprints}
 
 
 def encode_token_states(source, texts: Sequence[str], layers, max_length, batch_size: int) -> EncodedTexts:
-    """Length-sorted batched token states of ``texts`` (already templated)."""
+    """Length-sorted batched token states of ``texts`` (already templated), tokenized once and right-padded."""
     tokenizer = source.tokenizer
-    truncation = dict(truncation=True, max_length=max_length) if max_length else dict(truncation=True)
-    lengths = np.asarray([len(ids) for ids in tokenize_ids(tokenizer, texts, max_length)])
+    token_ids = tokenize_ids(tokenizer, texts, max_length)
+    lengths = np.asarray([len(ids) for ids in token_ids])
     order = np.argsort(-lengths, kind="stable")
     encoded = EncodedTexts(len(texts))
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc=f"Encoding {source.name}", disable=len(starts) < 10):
         rows = order[start : start + batch_size]
-        batch = dict(tokenizer([texts[i] for i in rows], padding=True, return_tensors="pt", **truncation))
-        states = source.token_states(batch, layers)
-        encoded.batches.append((torch.as_tensor(rows), batch["input_ids"], batch["attention_mask"], states))
+        input_ids = torch.full((len(rows), int(lengths[rows].max())), tokenizer.pad_token_id or 0, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, index in enumerate(rows):
+            input_ids[row, : lengths[index]] = torch.as_tensor(token_ids[index])
+            attention_mask[row, : lengths[index]] = 1
+        states = source.token_states({"input_ids": input_ids, "attention_mask": attention_mask}, layers)
+        encoded.batches.append((torch.as_tensor(rows), input_ids, attention_mask, states))
     return encoded
 
 
@@ -247,19 +338,26 @@ class Extractor:
     Args:
         reference: reference-corpus sentences (idf^W, most-frequent biases, ``^W`` post-processing).
         cache: shared :class:`HiddenStateCache`.
+        average_special_tokens: also average the tokenizer's framing tokens (``[CLS]``/``[SEP]``), as SimCSE's
+            ``avg`` pooler and sentence-transformers' mean pooling do. Default ``False``: the text's own tokens
+            t1..tN only (paper eq. 3). Only ``avg`` changes: idf gives them 0 (they occur in every text) and
+            -biases drops them.
     """
 
-    def __init__(self, reference: Sequence[str], cache: HiddenStateCache, max_length=None, batch_size: int = 64):
+    def __init__(self, reference: Sequence[str], cache: HiddenStateCache, max_length=None, batch_size: int = 64,
+                 average_special_tokens: bool = False):
         self.reference = list(reference)
-        self.reference_fingerprint = texts_fingerprint(self.reference)
+        self.reference_fingerprint = data_fingerprint(self.reference)
         self.cache = cache
         self.max_length = max_length
         self.batch_size = batch_size
+        self.average_special_tokens = average_special_tokens
         self._tables = {}
 
     def _table(self, kind: str, tokenizer, texts=None) -> torch.Tensor:
-        """Per-token-id weights. idf^W and bias tables depend only on the tokenizer and reference corpus, so they
-        are computed once; idf^T depends on the target texts and is recomputed per dataset."""
+        """Per-token-id weights, counted on raw (untemplated) sentences. idf^W and bias tables depend only on the
+        tokenizer and the reference corpus, so they are computed once; idf^T depends on the fit set and is recomputed
+        per dataset."""
         key = (kind, tokenizer.name_or_path, len(tokenizer))
         if kind == "idf-t":
             token_ids = tokenize_ids(tokenizer, texts, self.max_length)
@@ -275,10 +373,16 @@ class Extractor:
         return self._tables[key]
 
     def token_states(self, source, texts: list, setting: ExtractionSetting) -> EncodedTexts:
+        """Cached token states. The key is content only: the source's fingerprint (weights, tokenizer, and for
+        ``avg:`` the averaging corpus), the texts, the template text, the layers and the max length."""
         layers = resolve_layers(setting.layers, source.num_hidden_layers) if source.uses_layers else [0]
         template = resolve_template(setting.template)
         filled = texts if template is None else template.fill(texts, source.tokenizer.mask_token or "")
-        key = (source.name, texts_fingerprint(texts), setting.template, tuple(layers), self.max_length)
+        key = {
+            "format": CACHE_FORMAT, "source": source.fingerprint, "texts": data_fingerprint(texts),
+            "template": "none" if template is None else template.text, "layers": list(layers),
+            "max_length": self.max_length,
+        }
         encode = lambda: encode_token_states(source, filled, layers, self.max_length, self.batch_size)  # noqa: E731
         return self.cache.get(key, encode)
 
@@ -290,44 +394,55 @@ class Extractor:
         if setting.aggregation in ("idf-w", "no-biases"):
             table = self._table("idf-w" if setting.aggregation == "idf-w" else "biases", tokenizer)
         elif setting.aggregation == "idf-t":
-            filled = idf_texts if template is None else template.fill(idf_texts, tokenizer.mask_token or "")
-            table = self._table("idf-t", tokenizer, filled)
+            table = self._table("idf-t", tokenizer, idf_texts)  # raw sentences, as idf-w (template rule: idf.py)
+        framing = framing_token_ids(tokenizer)
         output = None
         for rows, input_ids, attention_mask, states in encoded.batches:
+            if self.average_special_tokens:
+                tokens = attention_mask.float()
+            else:
+                tokens = text_token_mask(input_ids, attention_mask, framing)
             if setting.aggregation == "avg":
-                weights = attention_mask.float()
+                weights = tokens
             elif setting.aggregation == "mask":
                 weights = mask_token_weights(input_ids, tokenizer, template.mask_count)
             else:
-                weights = normalized_token_weights(input_ids, attention_mask, table)
+                weights = normalized_token_weights(input_ids, tokens, table)
             known = source.token_mask(input_ids)
             if known is not None:
                 weights = weights * known
-            pooled = masked_mean(states, attention_mask * weights)
+            pooled = masked_mean(states, weights)
             if output is None:
                 output = torch.empty(encoded.count, pooled.shape[-1])
             output[rows] = pooled
         return output.numpy()
 
-    def embed(self, source, texts: Sequence[str], setting: ExtractionSetting) -> np.ndarray:
+    def embed(self, source, texts: Sequence[str], setting: ExtractionSetting,
+              fit_texts: Optional[Sequence[str]] = None) -> np.ndarray:
         """Sentence embeddings of ``texts`` (the whole target dataset) for one cell, post-processing fitted here.
 
-        A text given several times (an STS sentence in several pairs) is encoded once but counts once per occurrence
-        in the post-processing fit and in idf^T, as in SentEval's ``prepare``.
+        ``fit_texts`` is the *fit set*: the texts that target-fitted post-processing (steps without ``^W``) and idf^T
+        learn from; default ``texts`` themselves. A text given several times (an STS sentence in several pairs) is
+        encoded once but counts once per occurrence in the fit, as in SentEval's ``prepare``.
         """
         texts = list(texts)
-        distinct, positions = deduplicate(texts)
+        everything = texts if fit_texts is None else texts + list(fit_texts)
+        distinct, positions = deduplicate(everything)
+        idf_texts = texts if fit_texts is None else list(fit_texts)
 
         def pooled(sentences):
             parts = getattr(source, "parts", ((source, 1.0),))
-            # idf^T always comes from the target texts, also when pooling the reference corpus for ^W fitting
-            return sum(weight * self.aggregate(part, sentences, setting, texts) for part, weight in parts)
+            # idf^T always comes from the fit set, also when pooling the reference corpus for ^W fitting
+            return sum(weight * self.aggregate(part, sentences, setting, idf_texts) for part, weight in parts)
 
         reference = pooled(self.reference) if setting.postprocessing.needs_reference else None
-        return setting.postprocessing.fit_transform(pooled(distinct)[positions], reference)
+        vectors = pooled(distinct)[positions]
+        target, fit = vectors[: len(texts)], (None if fit_texts is None else vectors[len(texts):])
+        return setting.postprocessing.fit_transform(target, reference, fit)
 
-    def embedder(self, source, setting: ExtractionSetting) -> Callable[[list], np.ndarray]:
-        return lambda texts: self.embed(source, texts, setting)
+    def embedder(self, source, setting: ExtractionSetting) -> Callable[..., np.ndarray]:
+        """``embed(texts, fit_texts=None)`` for one cell (see :meth:`embed`)."""
+        return lambda texts, fit_texts=None: self.embed(source, texts, setting, fit_texts)
 
 
 def load_reference(path: Optional[str], data_dir) -> list:

@@ -125,15 +125,25 @@ class PostProcessingChain:
     def __str__(self):
         return "+".join(str(step) for step in self.steps) or NO_POSTPROCESSING
 
-    def fit_transform(self, target: np.ndarray, reference: Optional[np.ndarray] = None) -> np.ndarray:
-        """Fit every step and return the transformed ``(n, d)`` target embeddings (float64)."""
+    def fit_transform(
+        self, target: np.ndarray, reference: Optional[np.ndarray] = None, fit: Optional[np.ndarray] = None
+    ) -> np.ndarray:
+        """Fit every step and return the transformed ``(n, d)`` target embeddings (float64).
+
+        Steps without ``^W`` are fitted on ``fit`` (the fit set; default ``target`` itself), ``^W`` steps on
+        ``reference``; every set passes through the earlier steps, so each step is fitted in the space it is
+        applied to.
+        """
         if self.needs_reference and reference is None:
             raise DataError(f"post-processing {self} fits on the reference corpus, but no reference embeddings given")
         target = np.asarray(target, dtype=np.float64)
+        fit = None if fit is None else np.asarray(fit, dtype=np.float64)
         reference = None if reference is None else np.asarray(reference, dtype=np.float64)
         for step in self.steps:
-            transformer = build_step(step.name).fit(reference if step.on_reference else target)
+            on = reference if step.on_reference else (target if fit is None else fit)
+            transformer = build_step(step.name).fit(on)
             target = transformer.transform(target)
+            fit = None if fit is None else transformer.transform(fit)
             if reference is not None:
                 reference = transformer.transform(reference)
         return target

@@ -4,6 +4,12 @@ The target sentence replaces ``[X]``; each ``[MASK]`` becomes the tokenizer's ow
 ``<mask>`` for RoBERTa). The sentence representation is either the mean of the last-layer states at the mask
 positions (``mask``) or the mean over all tokens of the filled template (``avg``, which also admits idf weighting).
 
+Template tokens and ``[MASK]`` under the weighted aggregations follow one rule: they are tokens of the templated text,
+weighed like any sentence token by tables counted on raw (untemplated) sentences (``avg`` 1; ``idf-t`` / ``idf-w``
+their idf in the task's sentences / the reference corpus, ``log N`` when absent, as ``[MASK]`` always is;
+``no-biases`` keeps ``[MASK]``). The table, and the paper's evidence for this reading, are in
+:mod:`csekit.extraction.idf`.
+
     template = resolve_template("T0")
     texts = template.fill(["a man plays a guitar ."], tokenizer.mask_token)
     batch = tokenizer(texts, return_tensors="pt", padding=True)

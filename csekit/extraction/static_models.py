@@ -3,19 +3,23 @@
 * ``RE``: random embeddings. Token id ``i`` maps to a fixed N(0, 0.1²) vector of size 768 (row ``i`` of a table drawn
   once from a seeded generator), with the bert-base-uncased tokenizer. No weights are needed.
 * ``Avg``: every token's vector averaged over all its contexts in a corpus, for the chosen layers of a transformer
-  (the paper used WikiText-103; here the reference corpus). Tokens never seen in the corpus get weight 0.
+  (the paper used WikiText-103; here ``--avg-corpus``). Tokens never seen in the corpus get weight 0.
 * ``BERT + Avg``: sentence embeddings mixed as ``(1 - w) * transformer + w * Avg`` (w = 0 is the transformer,
   w = 1 the Avg model; negative w is allowed), see :class:`MixedSource`.
 
 A source turns a tokenized batch into ``(batch, seq_len, hidden)`` token states; ``token_mask`` removes tokens the
-model has no vector for. The same aggregation and post-processing then apply to every model.
+model has no vector for; ``fingerprint`` names its content for the hidden-state cache. The same aggregation (over the
+text's tokens, ``[CLS]``/``[SEP]`` excluded, see ``idf.py``) and post-processing then apply to every model.
 """
 
+from functools import cached_property
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+from ..fingerprint import combine, data_fingerprint, tensor_digest, tokenizer_fingerprint
 
 RANDOM_EMBEDDING_SIZE = 768
 RANDOM_EMBEDDING_STD = 0.1
@@ -37,6 +41,11 @@ class RandomEmbeddingSource:
 
     def token_mask(self, input_ids: torch.Tensor) -> Optional[torch.Tensor]:
         return None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The drawn table and the tokenizer (hidden-state cache key)."""
+        return combine("re", tensor_digest(self.table), tokenizer_fingerprint(self.tokenizer))
 
 
 class AveragedStaticSource:
@@ -86,6 +95,11 @@ class AveragedStaticSource:
 
     def token_states(self, batch: dict, layers: Sequence[int]) -> torch.Tensor:
         return self.table(layers)[batch["input_ids"]]
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The base model's fingerprint, the averaging corpus and its truncation (hidden-state cache key)."""
+        return combine("avg", self.source.fingerprint, data_fingerprint(self.corpus), self.max_length)
 
     def token_mask(self, input_ids: torch.Tensor) -> Optional[torch.Tensor]:
         if self._seen is None:
