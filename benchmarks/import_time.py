@@ -49,14 +49,14 @@ def main(argv=None) -> None:
     parser.add_argument("--before", default=None, help="Another checkout whose --before-modules are timed too.")
     parser.add_argument("--before-modules", nargs="+", default=["modeling", "trainers", "trainers.cli"])
     args = parser.parse_args(argv)
-    neutral = tempfile.mkdtemp()
-    jobs = [(BASELINE, BASELINE, neutral)] + [(module, module, neutral) for module in args.modules]
-    if args.before:
-        jobs += [(f"{module} (before)", module, args.before) for module in args.before_modules]
-    runs = {label: [] for label, _, _ in jobs}
-    for _ in range(args.rounds):
-        for label, module, folder in jobs:
-            runs[label].append(measure(module, folder))
+    with tempfile.TemporaryDirectory() as neutral:
+        jobs = [(BASELINE, BASELINE, neutral)] + [(module, module, neutral) for module in args.modules]
+        if args.before:
+            jobs += [(f"{module} (before)", module, args.before) for module in args.before_modules]
+        runs = {label: [] for label, _, _ in jobs}
+        for _ in range(args.rounds):
+            for label, module, folder in jobs:
+                runs[label].append(measure(module, folder))
     print(f"| import | median s | min-max s | heavy libraries loaded | matplotlib backend set |")
     print("|---|---:|---:|---|---|")
     for label, samples in runs.items():
