@@ -18,14 +18,14 @@ import tempfile
 import time
 
 import torch
-from common import emit
 from torch import nn
 from transformers import AutoTokenizer
 
+from common import emit
+from csekit.loading import resolve_model_path
 from csekit.modeling import CLSRModel, nt_xent_loss
 from csekit.trainers.clsr import build_pair_corpus, held_out_sentences, load_positive_pairs
 from csekit.trainers.embedding_cache import EmbeddingCache
-from csekit.loading import resolve_model_path
 from csekit.trainers.lars import LARS, lars_param_groups
 
 

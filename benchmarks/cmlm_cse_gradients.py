@@ -17,14 +17,14 @@ import shlex
 import sys
 
 import torch
-from common import emit
 from transformers import AutoTokenizer
 
+from common import emit
+from csekit.data import read_sentences, resolve_data_file
+from csekit.loading import resolve_model_path
 from csekit.modeling import CMLMCSEForPreTraining
 from csekit.modeling.losses import info_nce_loss
 from csekit.trainers import CMLMCSECollator
-from csekit.data import read_sentences, resolve_data_file
-from csekit.loading import resolve_model_path
 
 
 def split_norms(loss: torch.Tensor, named_parameters: list, batch_tokens: torch.Tensor) -> tuple:
@@ -55,7 +55,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=64, help="Sentences in the batch.")
     parser.add_argument("--max-length", type=int, default=32, help="Truncation length.")
     parser.add_argument("--lambdas", type=float, nargs="+", default=[0.0005, 0.005, 0.05], help="MLM weights.")
-    parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.head11914.txt", help="Sentences.")
+    parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.txt", help="Sentences.")
     parser.add_argument("--seed", type=int, default=0, help="Seed for dropout and masking.")
     parser.add_argument("--output", default=None, help="Write the markdown table here (also printed).")
     args = parser.parse_args(argv)
@@ -63,7 +63,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     model_path = resolve_model_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    sentences = read_sentences(resolve_data_file(args.train_file))[: args.batch_size]
+    sentences = read_sentences(resolve_data_file(args.train_file), limit=args.batch_size)
     model = CMLMCSEForPreTraining.from_encoder(
         str(model_path), pooler_type=args.pooler, extractor_layers=args.extractor_layers,
         fusion_layers=args.fusion_layers, mask_rate=args.mask_rate,
@@ -107,7 +107,8 @@ def main(argv=None):
         "",
         "| rows | mean abs step | rows that moved |",
         "|---|---:|---:|",
-        f"| the batch's {int(in_batch.sum())} tokens | {step[in_batch].mean():.3g} | {int((step[in_batch] > 0).sum())} |",
+        f"| the batch's {int(in_batch.sum())} tokens | {step[in_batch].mean():.3g} "
+        f"| {int((step[in_batch] > 0).sum())} |",
         f"| the other {int((~in_batch).sum())} | {step[~in_batch].mean():.3g} | {int((step[~in_batch] > 0).sum())} |",
     ]
     emit("\n".join(lines), args.output)

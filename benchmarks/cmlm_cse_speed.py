@@ -17,14 +17,15 @@ import tempfile
 import time
 
 import torch
-from common import device_description, emit, synchronize
 from datasets import Dataset
 from transformers import AutoTokenizer, TrainingArguments
 
+from common import device_description, emit, synchronize
+from csekit.data import read_sentences, resolve_data_file
+from csekit.download import WIKI1M_QUICKSTART_SENTENCES
+from csekit.loading import resolve_device, resolve_model_path
 from csekit.modeling import CMLMCSEForPreTraining, SimCSEModel
 from csekit.trainers import CMLMCSECollator, CMLMCSETrainer, ContrastiveCollator, SimCSETrainer
-from csekit.data import read_sentences, resolve_data_file
-from csekit.loading import resolve_device, resolve_model_path
 
 
 def timed(function, device: torch.device) -> float:
@@ -45,7 +46,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=64, help="Sentences per step.")
     parser.add_argument("--max-length", type=int, default=32, help="Truncation length.")
     parser.add_argument("--steps", type=int, default=10, help="Timed steps per method (after 2 warm-up steps).")
-    parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.head11914.txt", help="Sentences to batch.")
+    parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.txt", help="Sentences to batch.")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s).")
     parser.add_argument("--output", default=None, help="Write the markdown table here (also printed).")
     args = parser.parse_args(argv)
@@ -54,7 +55,7 @@ def main(argv=None):
     torch.manual_seed(0)
     model_path = resolve_model_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    sentences = read_sentences(resolve_data_file(args.train_file))
+    sentences = read_sentences(resolve_data_file(args.train_file), limit=WIKI1M_QUICKSTART_SENTENCES)
     steps = args.steps + 2
     size = args.batch_size
     features = [[{"sent0": s} for s in sentences[i * size : (i + 1) * size]] for i in range(steps)]

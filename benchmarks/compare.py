@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from csekit.data import DATA_DIR_HELP  # noqa: E402
 from seeds import DEFAULT_LAUNCH, run_seed  # noqa: E402  (sibling script)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -181,8 +182,9 @@ def main(argv=None):
     parser.add_argument("--clustering-max-examples", type=int, default=None, help="Cap texts per clustering dataset.")
     parser.add_argument("--extraction", default="--models all-MiniLM-L6-v2 --layers last --aggregations avg "
                         "--postprocessing none", help="`csekit extract` flags naming ONE training-free setting.")
-    parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data).")
-    parser.add_argument("--results", default="benchmarks/RESULTS.md", help="Markdown file whose Comparison section is rewritten.")
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    parser.add_argument("--results", default="benchmarks/RESULTS.md",
+                        help="Markdown file whose Comparison section is rewritten.")
     parser.add_argument("--cards", action="store_true",
                         help="Also write comparison.md and regenerate README.md in each method's first-seed folder.")
     parser.add_argument("--card-figure", default="never", choices=("missing", "always", "never"),
@@ -198,7 +200,8 @@ def main(argv=None):
     for key in methods:
         if key == EXTRACTION:
             row = run_extraction(args)
-            label = "no training: extraction " + " / ".join(str(row[k]) for k in ("layers", "aggregation", "postprocessing"))
+            setting = " / ".join(str(row[k]) for k in ("layers", "aggregation", "postprocessing"))
+            label = f"no training: extraction {setting}"
             rows.append(table_row(label, [], [row["sts"]], row, []))
             continue
         records = collect_method(key, args)
@@ -223,7 +226,8 @@ def main(argv=None):
         f"Command: `{command}`", "",
         "All rows start from the embedded all-MiniLM-L6-v2 (6 layers, 384-d) on this 2-core CPU machine, with the "
         f"shared budget of `{args.config}` for the trained methods (CLSR: a head trained on the frozen base, "
-        "settings in its row). These are **not** the papers' bert-base / full-wiki1m numbers (those are in each model card). STS: "
+        "settings in its row). These are **not** the papers' bert-base / full-wiki1m numbers (those are in each model "
+        "card). STS: "
         "Spearman x 100, SentEval 'all', mean over the listed seeds (avg ± sample std); transfer / clustering "
         "(accuracy x 100) and alignment / uniformity (STS-B train, lower is better) on the first seed's model; "
         "train s: mean wall seconds per seed (training + STS test scoring) under the machine's varying load.", "",

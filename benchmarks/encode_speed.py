@@ -20,12 +20,20 @@ import time
 
 import numpy as np
 import torch
-from common import (
-    Stopwatch, count_flops, device_description, format_spread, interleaved, matmul_tflops, set_threads, spread,
-    synchronize, write_outputs,
-)
 from sentence_transformers import SentenceTransformer
 
+from common import (
+    Stopwatch,
+    count_flops,
+    device_description,
+    format_spread,
+    interleaved,
+    matmul_tflops,
+    set_threads,
+    spread,
+    synchronize,
+    write_outputs,
+)
 from csekit.data import resolve_data_dir
 from csekit.evaluation.sts import load_sts_task
 from csekit.loading import embedded_minilm_path, resolve_device

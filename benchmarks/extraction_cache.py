@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from csekit.data import resolve_data_dir
+from csekit.evaluation.sts import STSEvaluator
 from csekit.extraction.extractor import ExtractionSetting, Extractor, HiddenStateCache, load_reference, load_source
 from csekit.extraction.postprocessing import parse_postprocessing
-from csekit.evaluation.sts import STSEvaluator
 
 
 def run_grid_once(source, reference, evaluators, aggregations, postprocessings, use_cache: bool, batch_size: int):

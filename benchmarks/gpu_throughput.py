@@ -73,17 +73,25 @@ from pathlib import Path
 
 import torch
 import transformers
-from common import (
-    count_flops, datasheet_peak_tflops, device_description, format_spread, matmul_tflops, set_threads, spread,
-    synchronize, write_outputs,
-)
 from torch import nn
-from train_speed import BATCH, MAX_LENGTH, TEMPERATURE, csekit_trainer_run, recipe_flags, st_trainer_run
 from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, get_scheduler
 
+from common import (
+    count_flops,
+    datasheet_peak_tflops,
+    device_description,
+    format_spread,
+    matmul_tflops,
+    set_threads,
+    spread,
+    synchronize,
+    write_outputs,
+)
 from csekit.data import read_sentences, resolve_data_dir, resolve_data_file
+from csekit.download import WIKI1M_QUICKSTART_SENTENCES
 from csekit.errors import DataError
 from csekit.loading import resolve_device
+from train_speed import BATCH, MAX_LENGTH, TEMPERATURE, csekit_trainer_run, recipe_flags, st_trainer_run
 
 RECIPES = {"simcse": "csekit.recipes.simcse", "whitenedcse": "csekit.recipes.whitenedcse",
            "cmlm_cse": "csekit.recipes.cmlm_cse"}
@@ -418,7 +426,7 @@ def main(argv=None):
                         help="auto: bf16 autocast on a GPU, float32 on the CPU.")
     parser.add_argument("--model-config", default=None, help="Folder with the encoder's config.json and tokenizer "
                         f"(weights are random; default: bert-base-uncased, {default_model_config()}).")
-    parser.add_argument("--data-file", default="wiki/wiki1m_for_simcse.head11914.txt",
+    parser.add_argument("--data-file", default="wiki/wiki1m_for_simcse.txt",
                         help="Training sentences (a path, or relative to the data folder).")
     parser.add_argument("--peak-tflops", type=float, default=None, help="Peak for MFU (default: the datasheet's).")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: OMP_NUM_THREADS).")
@@ -445,7 +453,7 @@ def run_all(args, argv) -> dict:
     if not Path(model_config, "config.json").is_file():
         raise DataError(f"{model_config}: no config.json (pass --model-config FOLDER with config.json and a tokenizer)")
     data_file = resolve_data_file(args.data_file)
-    sentences = read_sentences(data_file)
+    sentences = read_sentences(data_file, limit=WIKI1M_QUICKSTART_SENTENCES)
     if len(sentences) < BATCH:
         raise DataError(f"{data_file}: {len(sentences)} sentences, fewer than one batch of {BATCH}")
     feature_batches = [[sentences[(i * BATCH + j) % len(sentences)] for j in range(BATCH)]

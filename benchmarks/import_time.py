@@ -57,7 +57,7 @@ def main(argv=None) -> None:
         for _ in range(args.rounds):
             for label, module, folder in jobs:
                 runs[label].append(measure(module, folder))
-    print(f"| import | median s | min-max s | heavy libraries loaded | matplotlib backend set |")
+    print("| import | median s | min-max s | heavy libraries loaded | matplotlib backend set |")
     print("|---|---:|---:|---|---|")
     for label, samples in runs.items():
         seconds = [sample["seconds"] for sample in samples]

@@ -23,19 +23,27 @@ import tempfile
 import time
 
 import torch
-from common import (
-    TrainerStepTimer, count_flops, format_spread, interleaved, machine_description, matmul_tflops, set_threads,
-    spread, write_outputs,
-)
 from transformers import AutoTokenizer
 
+from common import (
+    TrainerStepTimer,
+    count_flops,
+    format_spread,
+    interleaved,
+    machine_description,
+    matmul_tflops,
+    set_threads,
+    spread,
+    write_outputs,
+)
 from csekit.data import read_sentences, resolve_data_file
+from csekit.download import WIKI1M_QUICKSTART_SENTENCES
 from csekit.loading import embedded_minilm_path
 from csekit.recipes.simcse import RECIPE as SIMCSE
 from csekit.trainers.data import load_training_dataset
 
 BATCH, MAX_LENGTH, TEMPERATURE = 64, 32, 0.05
-TRAIN_FILE = "wiki/wiki1m_for_simcse.head11914.txt"
+TRAIN_FILE = "wiki/wiki1m_for_simcse.txt"  # `csekit download wiki1m`
 
 
 def recipe_flags(output_dir, steps, device, bf16=False, extra=()) -> list:
@@ -110,7 +118,7 @@ def main(argv=None):
     device = torch.device("cpu")
     model_path = embedded_minilm_path()
     train_file = resolve_data_file(args.train_file)
-    sentences = read_sentences(train_file)
+    sentences = read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)
 
     def st_model():
         from sentence_transformers import SentenceTransformer

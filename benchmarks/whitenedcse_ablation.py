@@ -9,10 +9,10 @@
 ``--grid KEY=V1,V2`` (repeatable; the cells are the cartesian product) sets recipe flags per cell; ``--preset`` is a
 paper table: ``table3`` (whitening none/pca/zca/group/shuffled_group), ``table4`` (the paper's k = 32..384 groups x
 with/without shuffle, ``--num_groups k``; k that do not divide the hidden size are skipped), ``table5`` (paper positive
-number 2..5 = ``num_positives`` 1..4), ``loss`` (L1 vs L2). Flags after ``--`` are passed to every cell. Each cell trains under
-each seed into ``OUTPUT_ROOT/<cell>/seedS`` (skipped when its ``eval_results.json`` exists, so a grid resumes) via
-``benchmarks/seeds.py``. The table reports the best STS-B dev Spearman (the selection metric, from the trainer
-state) and the test scores, averaged over seeds.
+number 2..5 = ``num_positives`` 1..4), ``loss`` (L1 vs L2). Flags after ``--`` are passed to every cell. Each cell
+trains under each seed into ``OUTPUT_ROOT/<cell>/seedS`` (skipped when its ``eval_results.json`` exists, so a grid
+resumes) via ``benchmarks/seeds.py``. The table reports the best STS-B dev Spearman (the selection metric, from the
+trainer state) and the test scores, averaged over seeds.
 """
 
 import argparse
@@ -28,7 +28,8 @@ from seeds import SHORT, TASKS, run_seed
 
 PRESETS = {
     "table3": {"whitening": ["none", "pca", "zca", "group", "shuffled_group"]},
-    "table4": {"whitening": ["shuffled_group", "group"], "num_groups": ["32", "48", "64", "96", "128", "192", "256", "384"]},
+    "table4": {"whitening": ["shuffled_group", "group"],
+               "num_groups": ["32", "48", "64", "96", "128", "192", "256", "384"]},
     "table5": {"num_positives": ["1", "2", "3", "4"]},
     "loss": {"loss_type": ["L1", "L2"]},
 }
@@ -45,7 +46,8 @@ def parse_grid(items: list) -> dict:
 
 
 def best_dev(output_dir: Path) -> float:
-    """Best STS-B dev Spearman of a run (x100, as the evaluator reports it), from the last checkpoint's trainer state."""
+    """Best STS-B dev Spearman of a run (x100, as the evaluator reports it), from the last checkpoint's trainer
+    state."""
     states = sorted(output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     if not states:
         return float("nan")
@@ -106,7 +108,8 @@ def main(argv=None):
     command = shlex.join(sys.argv[1:] if argv is None else argv)
     lines = [
         f"Command: `python benchmarks/whitenedcse_ablation.py {command}`",
-        f"(seeds {' '.join(map(str, args.seeds))}; mean over seeds; STS-B dev = best dev Spearman, the selection metric)",
+        f"(seeds {' '.join(map(str, args.seeds))}; mean over seeds; STS-B dev = best dev Spearman, the selection "
+        "metric)",
         "",
         "| cell | STS-B dev | " + " | ".join(SHORT.get(t, t) for t in TASKS) + " |",
         "|---|---:|" + "---:|" * len(TASKS),

@@ -7,7 +7,8 @@
 One step = forward + loss + backward + AdamW update, on the same tokenized wiki batches for both methods. The two
 methods alternate step by step (interleaved, the order flipping every step), so a change in machine load affects
 both alike; the ratio is the ratio of the median step times, in wall time and in process CPU time (all threads; on
-a shared machine the CPU-time ratio is the steadier one). Also reported: the SGW head alone (forward + backward of whitening over all draws).
+a shared machine the CPU-time ratio is the steadier one). Also reported: the SGW head alone (forward + backward of
+whitening over all draws).
 """
 
 import argparse
@@ -20,12 +21,12 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from csekit.data import resolve_data_file
+from csekit.loading import resolve_model_path
 from csekit.modeling import SimCSEModel, WhitenedCSEModel
 from csekit.modeling.configuration_whitenedcse import dropout_views
 from csekit.modeling.losses import info_nce_loss, multi_positive_info_nce_terms, multi_positive_l1_loss
 from csekit.trainers.collators import ContrastiveCollator
-from csekit.data import resolve_data_file
-from csekit.loading import resolve_model_path
 
 
 def simcse_loss(model, batch):
@@ -61,7 +62,7 @@ def main(argv=None):
                         help="WhitenedCSE whitening groups k (default: the config's paper rule for the backbone).")
     parser.add_argument("--num-positives", type=int, default=2, help="WhitenedCSE positives per anchor.")
     parser.add_argument("--positive-source", default="sgw", help="sgw or dropout (see WhitenedCSEConfig).")
-    parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.head11914.txt", help="Sentences to batch.")
+    parser.add_argument("--train-file", default="wiki/wiki1m_for_simcse.txt", help="Sentences to batch.")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
     parser.add_argument("--output", default=None, help="Also write the markdown result here.")
     args = parser.parse_args(argv)

@@ -47,6 +47,7 @@ def run_train(args) -> int:
 
 
 def add_download_parser(subparsers) -> None:
+    from .data import DATA_DIR_HELP
     from .download import CORPORA, DATA_REPO
 
     parser = subparsers.add_parser(
@@ -57,9 +58,9 @@ def add_download_parser(subparsers) -> None:
         "nli/nli_for_simcse.csv, senteval -> senteval/downstream/). Nothing appears in the data folder unless the "
         "file is complete and verified.",
     )
-    parser.add_argument("names", metavar="NAME", nargs="+", choices=sorted(CORPORA), help=", ".join(CORPORA))
-    parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, else ./data in a "
-                        "source checkout, else ~/.cache/csekit/data).")
+    parser.add_argument("names", metavar="NAME", nargs="+", choices=sorted(CORPORA),
+                        help=", ".join(f"{name} ({corpus.size})" for name, corpus in CORPORA.items()))
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     parser.add_argument("--revision", default=None, help="A branch, tag or commit of the Hub repository.")
     parser.add_argument("--force", action="store_true", help="Replace a copy that is already there.")
     parser.set_defaults(handler=run_download)

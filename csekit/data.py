@@ -2,8 +2,8 @@
 
 The data folder (SentEval's ``senteval/downstream/...`` layout plus ``wiki/``, ``nli/``, ``clustering/``) is
 ``--data-dir`` when given, else the first folder that exists of: ``$CSEKIT_DATA_DIR``, ``data/`` in the source
-checkout csekit runs from, the user data folder ``~/.cache/csekit/data`` (where ``csekit download`` puts the
-published corpora), and ``../shared/data`` next to the checkout (the development machines' copy).
+checkout csekit runs from, and the user data folder ``~/.cache/csekit/data`` (where ``csekit download`` puts the
+published corpora outside a checkout).
 """
 
 import logging
@@ -20,6 +20,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # a source checkout (editable install or PYTHONPATH) has the design card's setup.cfg at its root; a wheel does not
 CHECKOUT_ROOT = PACKAGE_ROOT if (PACKAGE_ROOT / "setup.cfg").is_file() else None
 USER_DATA_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "csekit" / "data"
+DATA_DIR_HELP = "Data folder (default: $CSEKIT_DATA_DIR, else ./data in a checkout, else ~/.cache/csekit/data)."
 
 
 def default_data_dir() -> Path:
@@ -39,8 +40,6 @@ def resolve_data_dir(data_dir: Optional[str] = None) -> Path:
         if CHECKOUT_ROOT:
             candidates.append(CHECKOUT_ROOT / "data")
         candidates.append(USER_DATA_DIR)
-        if CHECKOUT_ROOT:
-            candidates.append(CHECKOUT_ROOT.parent / "shared" / "data")
     for candidate in candidates:
         if candidate.is_dir():
             return candidate
@@ -74,11 +73,15 @@ def read_lines(path: Path) -> Iterator[tuple]:
                 raise DataError(f"{path}:{number}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
 
 
-def read_sentences(path) -> list:
-    """One sentence per line (unsupervised SimCSE's ``.txt``). Blank lines are skipped and counted in the log."""
+def read_sentences(path, limit: Optional[int] = None) -> list:
+    """One sentence per line (unsupervised SimCSE's ``.txt``). Blank lines are skipped and counted in the log.
+
+    With ``limit``, the first ``limit`` sentences, and the file is read no further."""
     path = Path(path)
     sentences, blank = [], 0
     for _, line in read_lines(path):
+        if limit is not None and len(sentences) == limit:
+            break
         if line.strip():
             sentences.append(line.strip())
         else:
@@ -90,13 +93,13 @@ def read_sentences(path) -> list:
     return sentences
 
 
-def read_reference_corpus(path) -> list:
+def read_reference_corpus(path, limit: Optional[int] = None) -> list:
     """Sentences of a reference corpus: WikiText ``*.raw`` files are split into sentences (headings dropped, texts
     shorter than 10 characters omitted, as the extraction paper does for IsoScore); other files are one sentence per
-    line."""
+    line (the first ``limit`` with ``limit``)."""
     path = Path(path)
     if path.suffix != ".raw":
-        return read_sentences(path)
+        return read_sentences(path, limit)
     sentences = []
     for _, line in read_lines(path):
         line = line.strip()
@@ -109,6 +112,7 @@ def read_reference_corpus(path) -> list:
 
 
 __all__ = [
-    "DataError", "default_data_dir", "read_lines", "read_reference_corpus", "read_sentences", "resolve_data_dir",
+    "DATA_DIR_HELP", "DataError", "default_data_dir", "read_lines", "read_reference_corpus", "read_sentences",
+    "resolve_data_dir",
     "resolve_data_file",
 ]

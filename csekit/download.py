@@ -1,15 +1,22 @@
-"""``csekit download``: SimCSE's published corpora and the SentEval data, from the Hugging Face Hub into the data folder.
+"""``csekit download``: SimCSE's published corpora and the SentEval data, from the Hugging Face Hub into the data
+folder.
 
 The files are those of the dataset repository ``princeton-nlp/datasets-for-simcse`` (what SimCSE's own download
 scripts fetch):
 
-==========  ======================  =============================================
-name        Hub file                placed at (inside the data folder)
-==========  ======================  =============================================
-wiki1m      wiki1m_for_simcse.txt   ``wiki/wiki1m_for_simcse.txt`` (1M sentences)
-nli         nli_for_simcse.csv      ``nli/nli_for_simcse.csv`` (275k triplets)
-senteval    senteval.tar            ``senteval/downstream/{STS,SICK,MR,...}``
-==========  ======================  =============================================
+==========  ======================  =======  =============================================
+name        Hub file                size     placed at (inside the data folder)
+==========  ======================  =======  =============================================
+wiki1m      wiki1m_for_simcse.txt   120 MB   ``wiki/wiki1m_for_simcse.txt`` (1M sentences)
+nli         nli_for_simcse.csv      49 MB    ``nli/nli_for_simcse.csv`` (275k triplets)
+senteval    senteval.tar            89.8 MB  ``senteval/downstream/{STS,SICK,MR,...}``
+==========  ======================  =======  =============================================
+
+The sizes are those the Hub lists for the repository's ``main`` branch. SimCSE's
+``SentEval/data/downstream/download_dataset.sh`` unpacks ``senteval.tar`` inside ``SentEval/data/downstream/``, where
+SentEval reads ``downstream/STS/...``: the task folders (``STS/``, ``SICK/``, ``MR/``, ...) are the tar's top level.
+:func:`unpack_senteval` takes the shallowest folder holding ``STS/`` and ``SICK/``, so a tar wrapped in one more
+folder is read the same.
 
 Each file goes through the Hugging Face cache (``hf_hub_download``: progress bar, resumable, ``HF_ENDPOINT``,
 tokens and ``HF_HUB_OFFLINE`` honoured). huggingface_hub checks only the size of what it received, so csekit then
@@ -38,16 +45,21 @@ DATA_REPO = "princeton-nlp/datasets-for-simcse"
 
 @dataclass(frozen=True)
 class Corpus:
+    name: str  # csekit download NAME
     filename: str  # in the Hub repository
     target: str  # in the data folder
+    size: str  # as the Hub lists it
     archive: bool = False
 
 
-CORPORA = {
-    "wiki1m": Corpus("wiki1m_for_simcse.txt", "wiki/wiki1m_for_simcse.txt"),
-    "nli": Corpus("nli_for_simcse.csv", "nli/nli_for_simcse.csv"),
-    "senteval": Corpus("senteval.tar", "senteval/downstream", archive=True),
-}
+CORPORA = {corpus.name: corpus for corpus in (
+    Corpus("wiki1m", "wiki1m_for_simcse.txt", "wiki/wiki1m_for_simcse.txt", "120 MB"),
+    Corpus("nli", "nli_for_simcse.csv", "nli/nli_for_simcse.csv", "49 MB"),
+    Corpus("senteval", "senteval.tar", "senteval/downstream", "89.8 MB", archive=True),
+)}
+# the first wiki1m sentences the quickstart trains on (recipes/configs/quickstart.yaml: max_train_samples), and
+# what the benchmarks and the extraction's default averaging corpus read of the file
+WIKI1M_QUICKSTART_SENTENCES = 11914
 # what must be in a usable senteval/downstream folder (csekit's STS and transfer suites read these)
 SENTEVAL_REQUIRED = ("STS/STSBenchmark/sts-test.csv", "SICK/SICK_test_annotated.txt", "STS/STS12-en-test")
 
@@ -99,7 +111,8 @@ def fetch(corpus: Corpus, repo_id: str, revision: Optional[str], endpoint: Optio
                                       endpoint=endpoint))
     except LocalEntryNotFoundError:
         reason = "HF_HUB_OFFLINE=1 is set" if constants.is_offline_mode() else "the Hub could not be reached"
-        raise DataError(f"{corpus.filename}: not in the local Hugging Face cache and {reason}") from None
+        raise DataError(f"{corpus.filename}: not in the local Hugging Face cache and {reason}; `csekit download "
+                        f"{corpus.name}` fetches it ({corpus.size}) on a machine that reaches the Hub") from None
     except (RepositoryNotFoundError, EntryNotFoundError):
         raise DataError(f"{repo_id}: no dataset file {corpus.filename} on the Hub") from None
     except (OSError, httpx2.TransportError) as error:  # a broken transfer (reset, short read after the retries)
@@ -165,4 +178,4 @@ def download(name: str, data_dir=None, force: bool = False, repo_id: str = DATA_
     return target
 
 
-__all__ = ["CORPORA", "DATA_REPO", "download"]
+__all__ = ["CORPORA", "DATA_REPO", "WIKI1M_QUICKSTART_SENTENCES", "download"]

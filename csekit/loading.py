@@ -68,9 +68,11 @@ def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     snapshot lacks ``config.json`` or (``require_weights``) weights, which is what an interrupted download leaves.
     """
     offline = constants.is_offline_mode()
+    # without weights (a random backbone, a tokenizer), the configs and tokenizer files alone
+    patterns = METADATA_PATTERNS + (SAFETENSORS_PATTERNS if require_weights else [])
     try:
-        folder = snapshot_download(repo_id, allow_patterns=METADATA_PATTERNS + SAFETENSORS_PATTERNS)
-        if not has_weights(Path(folder)):  # an older repository with pickled weights only
+        folder = snapshot_download(repo_id, allow_patterns=patterns)
+        if require_weights and not has_weights(Path(folder)):  # an older repository with pickled weights only
             folder = snapshot_download(repo_id, allow_patterns=METADATA_PATTERNS + PICKLE_WEIGHT_PATTERNS)
     except LocalEntryNotFoundError:
         if offline:
@@ -84,8 +86,9 @@ def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     except RepositoryNotFoundError:
         raise DataError(f"{repo_id}: no such model on the Hugging Face Hub (a private one needs `hf auth login` "
                         "or HF_TOKEN)") from None
-    missing = [name for name, present in (("config.json", (Path(folder) / "config.json").is_file()),
-                                           ("weights", has_weights(Path(folder)) or not require_weights)) if not present]
+    present = {"config.json": (Path(folder) / "config.json").is_file(),
+               "weights": has_weights(Path(folder)) or not require_weights}
+    missing = [name for name, found in present.items() if not found]
     if missing:
         where = "the local cache holds an incomplete copy" if offline else "the Hub repository has none"
         raise DataError(f"{repo_id}: no {' and no '.join(missing)} ({where}; PyTorch *.safetensors weights are needed)")
@@ -130,4 +133,7 @@ def resolve_device(name: Optional[str] = None) -> torch.device:
     return device
 
 
-__all__ = ["ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "hub_snapshot", "resolve_device", "resolve_model_path"]
+__all__ = [
+    "ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "hub_snapshot",
+    "resolve_device", "resolve_model_path",
+]

@@ -61,7 +61,13 @@ from csekit.trainers.clsr import (
 )
 from csekit.trainers.embedding_cache import EmbeddingCache, data_fingerprint, model_fingerprint
 from csekit.trainers.recipe import (
-    DataArguments, config_kwargs, main_guard, model_arguments, parse_recipe_args, prepare_output_dir, write_arguments,
+    DataArguments,
+    config_kwargs,
+    main_guard,
+    model_arguments,
+    parse_recipe_args,
+    prepare_output_dir,
+    write_arguments,
 )
 
 CLSRArguments = model_arguments(CLSRConfig)
@@ -174,8 +180,9 @@ def main(argv=None, prog=None):
     data_dir = resolve_data_dir(data_args.data_dir)
     model = build_model(model_args, backbone_args, training_args.seed).to(state.device)
     held_out = held_out_sentences(data_dir)
-    corpus = build_pair_corpus(*load_positive_pairs(data_args.train_file, data_dir), held_out,
-                               drop=data_args.test_overlap == "drop")
+    first, second = load_positive_pairs(data_args.train_file, data_dir)
+    limit = data_args.max_train_samples  # the first N pairs, before the held-out filter
+    corpus = build_pair_corpus(first[:limit], second[:limit], held_out, drop=data_args.test_overlap == "drop")
     require_full_batch(corpus, training_args.per_device_train_batch_size)  # before any pooling
     dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
     if dev_overlap:

@@ -1,5 +1,12 @@
-"""Shared fixtures: tiny random encoders built in code, the real MiniLM tokenizer, the data folder, and subprocesses
-that cannot hang the suite (free rendezvous ports, a deadline that kills the whole process group)."""
+"""Shared fixtures: tiny random encoders built in code, the real MiniLM tokenizer, the data folders, and subprocesses
+that cannot hang the suite (free rendezvous ports, a deadline that kills the whole process group).
+
+Data. Every test runs on a small folder that the suite builds (:mod:`tests.synthetic_data`): ``CSEKIT_DATA_DIR``
+points at it for the whole session, subprocesses included, so the suite needs no data folder anywhere. The few tests
+whose oracle is a published number on the real data (MTEB's score for MiniLM, the extraction paper's rows, the
+papers' pair counts) take the ``real_data_dir`` fixture instead, which marks them ``real_data``: they run when the
+test runner's ``CSEKIT_DATA_DIR`` names a real data folder, and skip otherwise with :data:`REAL_DATA_REASON`.
+"""
 
 import os
 import signal
@@ -14,10 +21,16 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel, RobertaConfig
 
-from csekit.data import resolve_data_dir
 from csekit.loading import embedded_minilm_path
+from synthetic_data import build_data_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# the real data folder, when the test runner names one (tests/run.sh does where ../shared/data exists); read once,
+# before the session points CSEKIT_DATA_DIR at the synthetic folder
+REAL_DATA_DIR = Path(os.environ["CSEKIT_DATA_DIR"]) if os.environ.get("CSEKIT_DATA_DIR") else None
+REAL_DATA_MARKER = "real_data"
+REAL_DATA_REASON = ("needs the real evaluation data: run `csekit download senteval` and point CSEKIT_DATA_DIR at "
+                    "that data folder")
 
 
 def tiny_bert_config(**overrides) -> BertConfig:
@@ -49,9 +62,64 @@ def minilm_path() -> Path:
     return embedded_minilm_path()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def data_dir(tmp_path_factory) -> Path:
+    """The synthetic data folder, which ``CSEKIT_DATA_DIR`` names for the whole session."""
+    folder = build_data_dir(tmp_path_factory.mktemp("synthetic") / "data")
+    previous = os.environ.get("CSEKIT_DATA_DIR")
+    os.environ["CSEKIT_DATA_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("CSEKIT_DATA_DIR", None)
+    else:
+        os.environ["CSEKIT_DATA_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    return resolve_data_dir()
+def real_data_dir() -> Path:
+    """The real data folder (SentEval's data, and ``clustering/`` where a test reads it); skips without one."""
+    if REAL_DATA_DIR is None or not (REAL_DATA_DIR / "senteval" / "downstream").is_dir():
+        pytest.skip(REAL_DATA_REASON)
+    return REAL_DATA_DIR
+
+
+@pytest.fixture
+def bert_base_uncased(tmp_path, monkeypatch, tokenizer) -> Path:
+    """``bert-base-uncased`` as ``from_pretrained`` leaves it in a Hugging Face cache (temp folder, offline): its
+    config (``BertConfig``'s defaults are bert-base-uncased's) and tokenizer files, no weights. The MiniLM tokenizer
+    stands in for bert-base-uncased's: the two ``vocab.txt`` files are the same bytes."""
+    from fake_hub import build_hub_cache
+
+    folder = tmp_path / "bert-base-uncased"
+    BertConfig().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    build_hub_cache(tmp_path / "hf-cache", "bert-base-uncased", folder)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("CSEKIT_BERT_TOKENIZER", raising=False)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def real_bert_tokenizer() -> Path:
+    """bert-base-uncased's own tokenizer folder (``CSEKIT_BERT_TOKENIZER``, which the test runner sets where the
+    development machines keep one), for the tests whose oracle is a paper's number; skips without it."""
+    folder = os.environ.get("CSEKIT_BERT_TOKENIZER")
+    if not folder or not (Path(folder) / "config.json").is_file():
+        pytest.skip("needs bert-base-uncased's tokenizer: point CSEKIT_BERT_TOKENIZER at a folder holding its "
+                    "config.json and tokenizer files")
+    return Path(folder)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{REAL_DATA_MARKER}: the oracle is a published number on the real data "
+                            "(uses the real_data_dir fixture; skipped without a real data folder)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The one marker follows the one fixture, so ``-m real_data`` selects exactly the tests that read real data."""
+    for item in items:
+        if "real_data_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(REAL_DATA_MARKER)
 
 
 @pytest.fixture(autouse=True)
@@ -147,8 +215,8 @@ def tiny_backbone(tmp_path_factory, tokenizer) -> Path:
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory, data_dir) -> Path:
-    """96 wiki1m sentences, one a line."""
-    lines = (data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt").read_text().splitlines()[:96]
+    """96 wiki-like sentences, one a line."""
+    lines = (data_dir / "wiki" / "wiki1m_for_simcse.txt").read_text().splitlines()[:96]
     path = tmp_path_factory.mktemp("corpus") / "wiki.txt"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -103,7 +103,8 @@ class FakeHub:
         return self.send(handler, 200, data, headers)
 
     def api(self, handler) -> None:
-        match = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree|paths-info)/([^/?]+).*", handler.path)
+        route = r"/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree|paths-info)/([^/?]+).*"
+        match = re.fullmatch(route, handler.path)
         files = self.find(match.group(1), match.group(2)) if match else None
         if files is None:
             return self.send(handler, 404, b"{}", {"X-Error-Code": "RepoNotFound"})

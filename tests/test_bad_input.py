@@ -143,7 +143,8 @@ ROWS = [
     Row("csekit download wiki2m --data-dir data", "unknown corpus",
         "csekit download: error: argument NAME: invalid choice: 'wiki2m' (choose from …) (see csekit download --help)"),
     Row("csekit download nli --data-dir data", "not cached, offline",
-        E + "nli_for_simcse.csv: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set"),
+        E + "nli_for_simcse.csv: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set; "
+        "`csekit download nli` fetches it (49 MB) on a machine that reaches the Hub"),
 ]
 # flags a row's command gets unless it gives them (the table stays readable)
 DEFAULTS = {

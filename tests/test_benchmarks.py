@@ -22,7 +22,10 @@ def gpu_throughput(monkeypatch):
 
 
 def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, minilm_path, data_dir, tmp_path):
-    wiki = data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt"
+    # every other sentence longer than 32 tokens, so that every batch pads to the 32-token cap and has padding
+    lines = (data_dir / "wiki" / "wiki1m_for_simcse.txt").read_text().splitlines()
+    wiki = tmp_path / "wiki.txt"
+    wiki.write_text("\n".join(" ".join(lines[i : i + 4 if i % 8 == 0 else i + 1]) for i in range(0, 800, 4)) + "\n")
     gpu_throughput.main(["--device", "cpu", "--size", "tiny", "--steps", "2", "--warmup", "1", "--st",
                          "--trainer-steps", "2", "--profile", "--peak-tflops", "1.0", "--threads", "1",
                          "--model-config", str(minilm_path), "--data-file", str(wiki), "--output", str(tmp_path)])
@@ -36,7 +39,7 @@ def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, mini
         seconds = r["seconds_per_step"]
         assert r["steps"] == 2 and seconds > 0 and r["step_seconds"]["min"] <= r["step_seconds"]["max"]
         assert r["steps_per_second"] == pytest.approx(1 / seconds)
-        # every wiki head batch reaches the 32-token cap: 64 sentences x 2 views x 32 padded tokens per step
+        # every batch reaches the 32-token cap: 64 sentences x 2 views x 32 padded tokens per step
         assert r["tokens_per_second"] * seconds == pytest.approx(64 * 2 * 32)
         assert r["real_tokens_per_second"] < r["tokens_per_second"]
         assert r["epoch_seconds"] == pytest.approx(WIKI1M_STEPS * seconds)
@@ -82,7 +85,7 @@ class CountingTokenizer:
 
 @pytest.mark.parametrize("views", [2, 3])
 def test_unsupervised_collation_tokenizes_once_and_equals_tokenizing_every_view(tokenizer, data_dir, views):
-    sentences = read_sentences(data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt")[:64]
+    sentences = read_sentences(data_dir / "wiki" / "wiki1m_for_simcse.txt")[:64]
     counting = CountingTokenizer(tokenizer)
     batch = ContrastiveCollator(counting, max_length=32, unsupervised_views=views)([{"sent0": s} for s in sentences])
     assert counting.texts == 64  # each sentence tokenized once, not once per view

@@ -11,8 +11,9 @@ import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel
 
+from csekit.errors import DataError
+from csekit.evaluation.sts import STS_TASKS, STSEvaluator, load_sts_task
 from csekit.modeling import CLSRConfig, CLSRModel, nt_xent_loss
-from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 from csekit.trainers.clsr import (
     CachedSTSEvaluator,
     CLSRTrainer,
@@ -24,10 +25,9 @@ from csekit.trainers.clsr import (
     load_positive_pairs,
     normalize_sentence,
 )
-from csekit.errors import DataError
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.lars import LARS, lars_param_groups
-from csekit.evaluation.sts import STS_TASKS, STSEvaluator
+from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 
 NO_HELD_OUT = HeldOutSentences({})
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} ." for i, (animal, verb) in enumerate(
@@ -306,13 +306,23 @@ def test_lars_rejects_bad_hyperparameters():
 
 
 # ------------------------------------------------------------------------------------------------------ data
-def test_bundled_positive_pairs(data_dir):
-    first, second = load_positive_pairs("stsb", data_dir)
+def test_bundled_positive_pairs(real_data_dir):
+    first, second = load_positive_pairs("stsb", real_data_dir)
     assert len(first) == len(second) == 1406  # STS-B train pairs scored >= 4: the paper's "totally 1,406 pairs"
-    first, second = load_positive_pairs("nli", data_dir)
+    first, second = load_positive_pairs("nli", real_data_dir)
     assert len(first) == 6697  # SNLI dev+test entailment pairs
     with pytest.raises(DataError, match="use one of"):
-        load_positive_pairs("wiki", data_dir)
+        load_positive_pairs("wiki", real_data_dir)
+
+
+def test_positive_pair_sources_read_their_files(data_dir):
+    stsb = load_sts_task(data_dir, "STSBenchmark", "train")
+    first, second = load_positive_pairs("stsb", data_dir)
+    kept = [(a, b) for a, b, score in zip(stsb.sentences1, stsb.sentences2, stsb.scores) if score >= 4.0]
+    assert list(zip(first, second)) == kept and 0 < len(kept) < len(stsb.scores)
+    rows = [line.split("\t") for line in (data_dir / "nli" / "snli_devtest_pairs.tsv").read_text().splitlines()[1:]]
+    first, second = load_positive_pairs("nli", data_dir)
+    assert list(zip(first, second)) == [(row[1], row[2]) for row in rows if row[3] == "entailment"]
 
 
 def evaluation_sentences(data_dir) -> set:
@@ -322,9 +332,10 @@ def evaluation_sentences(data_dir) -> set:
     return {words(s) for evaluator in sets for s in evaluator.sentences()}, words
 
 
-def test_default_sources_share_no_sentence_with_evaluation_sets(data_dir, tmp_path):
-    """Issue 13 points 10-11: no training sentence of stsb, nli or a user CSV is a test sentence of the 7 STS tasks
-    or an STS-B dev sentence (model selection), up to case, spacing and punctuation."""
+def test_default_sources_share_no_sentence_with_evaluation_sets(real_data_dir, tmp_path):
+    """No training sentence of stsb, nli or a user CSV is a test sentence of the 7 STS tasks or an STS-B dev sentence
+    (model selection), up to case, spacing and punctuation."""
+    data_dir = real_data_dir
     held, words = evaluation_sentences(data_dir)
     test = STSEvaluator(data_dir, STS_TASKS, split="test").pairs
     dev = STSEvaluator(data_dir, ("STSBenchmark",), split="dev").pairs["STSBenchmark"]
@@ -345,8 +356,9 @@ def test_default_sources_share_no_sentence_with_evaluation_sets(data_dir, tmp_pa
     assert set(held_out.sets) == {*STS_TASKS, "STSBenchmark-dev"}
 
 
-def test_paper_selection_keeps_every_pair_and_counts_the_overlap(data_dir):
+def test_paper_selection_keeps_every_pair_and_counts_the_overlap(real_data_dir):
     """--test_overlap keep: the paper's 1,406 pairs, and for each evaluation set the number of pairs touching it."""
+    data_dir = real_data_dir
     held, words = evaluation_sentences(data_dir)
     first, second = load_positive_pairs("stsb", data_dir)
     corpus = build_pair_corpus(first, second, held_out_sentences(data_dir), drop=False)
@@ -417,10 +429,16 @@ def test_recipe_marks_contamination_in_results_table_and_card(tokenizer, tmp_pat
     base = tmp_path / "base"
     BertModel(tiny_bert_config()).save_pretrained(base)
     tokenizer.save_pretrained(base)
+    held_out = held_out_sentences(data_dir).sets
+
+    def only_in(name, sentences):  # a sentence of this evaluation set and of no other
+        return next(s for s in sentences if not any(normalize_sentence(s) in held for other, held in held_out.items()
+                                                    if other != name))
+
     test = STSEvaluator(data_dir, ("STS12", "SICKRelatedness"), split="test").pairs
     lines = [f"{SENTENCES[i]},{SENTENCES[i + 1]}" for i in range(0, 12, 2)]
-    lines += [f"{test['STS12'].sentences1[0]},{SENTENCES[12]}",
-              f"{SENTENCES[13]},{test['SICKRelatedness'].sentences2[0]}"]
+    lines += [f"{only_in('STS12', test['STS12'].sentences1)},{SENTENCES[12]}",
+              f"{SENTENCES[13]},{only_in('SICKRelatedness', test['SICKRelatedness'].sentences2)}"]
     (tmp_path / "pairs.csv").write_text("sent0,sent1\n" + "\n".join(lines) + "\n")
     common = ["--model_name_or_path", str(base), "--train_file", str(tmp_path / "pairs.csv"), "--max_length", "64",
               "--per_device_train_batch_size", "4", "--num_train_epochs", "2", "--warmup_epochs", "0",

@@ -7,19 +7,24 @@ import random
 
 import numpy as np
 import pytest
-from huggingface_hub.errors import StrictDataclassError
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from huggingface_hub.errors import StrictDataclassClassValidationError
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassError
 from safetensors import safe_open
 from transformers import AutoModel, BertForMaskedLM, BertModel, RobertaForMaskedLM, TrainingArguments
 
-from csekit.modeling import CMLMCSEConfig, CMLMCSEForPreTraining, CMLMCSEModel, SimCSEConfig, SimCSEModel
-from tests.conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
-from csekit.trainers.cmlm_cse import CMLMCSECollator, CMLMCSETrainer, DropOneWord, WordRepetition, contrastive_augmentation
 from csekit.errors import DataError
+from csekit.modeling import CMLMCSEConfig, CMLMCSEForPreTraining, CMLMCSEModel, SimCSEConfig, SimCSEModel
+from csekit.trainers.cmlm_cse import (
+    CMLMCSECollator,
+    CMLMCSETrainer,
+    DropOneWord,
+    WordRepetition,
+    contrastive_augmentation,
+)
 from csekit.trainers.trainer import SimCSETrainer
+from tests.conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
 
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} in the garden today ." for i, (animal, verb) in
              enumerate([(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]

@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT
-from csekit.trainers.collators import ContrastiveCollator
 from csekit.data import read_sentences, resolve_data_dir
 from csekit.errors import DataError
+from csekit.trainers.collators import ContrastiveCollator
 from csekit.trainers.data import load_training_dataset, read_pairs
 
 
@@ -61,6 +61,24 @@ def test_fewer_sentences_than_one_batch(tmp_path):
 def test_explicit_data_dir_must_exist(tmp_path):
     with pytest.raises(DataError, match="no data folder"):
         resolve_data_dir(str(tmp_path / "missing"))
+
+
+def test_data_folder_search_knows_no_development_machine_folder(tmp_path, monkeypatch):
+    """A user's checkout has no ../shared beside it; where one exists (our machines) csekit still does not look there:
+    the test runner chooses the data folder, through CSEKIT_DATA_DIR."""
+    import csekit.data
+
+    checkout = tmp_path / "csekit"
+    checkout.mkdir()
+    (tmp_path / "shared" / "data" / "senteval").mkdir(parents=True)
+    monkeypatch.setattr(csekit.data, "CHECKOUT_ROOT", checkout)
+    monkeypatch.setattr(csekit.data, "USER_DATA_DIR", tmp_path / "home" / ".cache" / "csekit" / "data")
+    monkeypatch.delenv("CSEKIT_DATA_DIR")
+    with pytest.raises(DataError, match="no data folder found") as error:
+        resolve_data_dir()
+    assert "shared" not in str(error.value) and "csekit download senteval" in str(error.value)
+    (checkout / "data").mkdir()
+    assert resolve_data_dir() == checkout / "data"  # what `csekit download` fills in a checkout
 
 
 def test_collator_shapes_unsupervised_and_supervised(tokenizer):

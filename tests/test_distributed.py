@@ -125,7 +125,10 @@ def test_simcse_two_processes_equal_one_process_with_the_doubled_batch(runs):
     assert single[1] != pytest.approx(single[0], rel=1e-6)  # the first step moved the model
     weights = final_weights(runs / "simcse_1")
     assert weights["encoder.embeddings.word_embeddings.weight"].dtype == torch.float64
-    assert_same_weights(weights, final_weights(runs / "simcse_2"), rtol=1e-9, atol=1e-12)
+    # 1 and 2 processes sum the gradient in another order; Adam divides each element by its own size, so an element
+    # whose batch terms nearly cancel carries that float64 rounding into the update (seen: 4e-9 relative on one
+    # mlp.dense.bias entry). A missing gather or label offset moves the losses above, by far more.
+    assert_same_weights(weights, final_weights(runs / "simcse_2"), rtol=1e-8, atol=1e-12)
 
 
 def test_cmlm_cse_two_processes_equal_one_process_with_the_doubled_batch(runs):

@@ -10,8 +10,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
 from csekit.cli import main
-from csekit.evaluation.clustering import ClusteringEvaluator, cluster_accuracy_runs, clustering_accuracy, load_clustering_dataset
 from csekit.errors import DataError
+from csekit.evaluation.clustering import (
+    ClusteringEvaluator,
+    cluster_accuracy_runs,
+    clustering_accuracy,
+    load_clustering_dataset,
+)
 from csekit.evaluation.geometry import alignment, isoscore, uniformity
 from csekit.evaluation.transfer import (
     TransferEvaluator,
@@ -50,10 +55,10 @@ def test_kmeans_uses_ten_initialisations_per_run():
 
 
 def test_clustering_data_and_subsample(data_dir):
-    texts, labels = load_clustering_dataset(data_dir / "clustering", "agnews")
-    assert len(texts) == 8000 and len(set(labels)) == 4
-    texts, labels = load_clustering_dataset(data_dir / "clustering", "stackoverflow", max_examples=50)
-    assert len(texts) == 50 and all(text and "\t" not in text for text in texts)
+    texts, labels = load_clustering_dataset(data_dir / "clustering", "biomedical")  # no newline after the last row
+    assert len(texts) == 40 and len(set(labels)) == 4
+    texts, labels = load_clustering_dataset(data_dir / "clustering", "stackoverflow", max_examples=30)
+    assert len(texts) == 30 and all(text and "\t" not in text for text in texts)  # its trailing TAB is dropped
     with pytest.raises(DataError, match="no such file"):
         ClusteringEvaluator(data_dir, ["nope"])
 
@@ -148,10 +153,10 @@ def test_senteval_protocol_uses_the_dev_split():
     assert score_task(other, x, protocol="fast") == score_task(task, x, protocol="fast")
 
 
-def test_senteval_task_views(data_dir):
+def test_senteval_task_views(real_data_dir):
     """SentEval's samples: blank lines kept (CR 3,775, MPQA 10,606 as the paper's Table 3), dev splits, sorted by
     (tokens, label); pairs by (tokens A, tokens B, label)."""
-    downstream = data_dir / "senteval" / "downstream"
+    downstream = real_data_dir / "senteval" / "downstream"
     cr = load_transfer_task(downstream, "CR")
     assert len(cr.train[1]) == 3775 and cr.texts[cr.train[0][0]] == ""
     lengths = [len(cr.texts[row].split()) for row in cr.train[0]]
@@ -175,10 +180,10 @@ def _hashed_embed(texts):
     return vectors
 
 
-def test_fast_protocol_reproduces_the_earlier_numbers(data_dir):
-    """--transfer-protocol fast is the pre-SentEval path: these are the numbers csekit at 7f4837f gave."""
+def test_fast_protocol_keeps_its_numbers(real_data_dir):
+    """--transfer-protocol fast (the scikit-learn path without SentEval's samples) on the real tasks: its scores."""
     tasks = ["CR", "MPQA", "TREC", "SICKEntailment", "SST5", "MRPC"]
-    results = TransferEvaluator(data_dir, tasks=tasks, protocol="fast")(_hashed_embed)
+    results = TransferEvaluator(real_data_dir, tasks=tasks, protocol="fast")(_hashed_embed)
     assert results == {"CR": 64.36, "MPQA": 68.77, "TREC": 48.4, "SICKEntailment": 71.32, "SST5": 27.56,
                        "MRPC": 69.28, "avg": 58.28}
 
@@ -192,23 +197,24 @@ def test_relatedness_tasks_soft_labels_and_regressor(data_dir):
     scores = np.clip(3 + x[:, 0] - 0.5 * x[:, 1], 1, 5)
     assert relatedness_pearson(x[:400], scores[:400], x[400:500], scores[400:500], x[500:], scores[500:]) > 90
     downstream = data_dir / "senteval" / "downstream"
-    sick = load_transfer_task(downstream, "SICKRelatedness")
-    assert [len(split[1]) for split in (sick.train, sick.dev, sick.test)] == [4500, 500, 4927]
+    sick = load_transfer_task(downstream, "SICKRelatedness")  # the synthetic folder's sizes
+    assert [len(split[1]) for split in (sick.train, sick.dev, sick.test)] == [60, 30, 40]
     stsb = load_transfer_task(downstream, "STSBenchmark")
-    assert [len(split[1]) for split in (stsb.train, stsb.dev, stsb.test)] == [5749, 1500, 1379]
+    assert [len(split[1]) for split in (stsb.train, stsb.dev, stsb.test)] == [80, 40, 40]
 
 
 def test_transfer_loading_and_restrict(data_dir):
     downstream = data_dir / "senteval" / "downstream"
-    mr = load_transfer_task(downstream, "MR")
-    assert len(mr.train[1]) == 10662 and set(mr.train[1]) == {0, 1}
-    trec = load_transfer_task(downstream, "TREC")
-    assert len(trec.train[1]) == 5452 and len(trec.test[1]) == 500 and len(set(trec.train[1])) == 6
-    small = restrict_task(trec, 100)
-    assert len(small.train[1]) == 100 and len(small.texts) <= 600
+    mr = load_transfer_task(downstream, "MR")  # the synthetic folder's sizes
+    assert len(mr.train[1]) == 80 and set(mr.train[1]) == {0, 1}
+    trec = load_transfer_task(downstream, "TREC")  # latin-1, as the real file
+    assert len(trec.train[1]) == 60 and len(trec.test[1]) == 30 and len(set(trec.train[1])) == 6
+    assert any("\u00e4" in text for text in trec.texts)
+    small = restrict_task(trec, 24)
+    assert len(small.train[1]) == 24 and len(small.texts) <= 24 + 30
     assert [small.texts[i] for i in small.test[0]] == [trec.texts[i] for i in trec.test[0]]
-    mrpc = load_transfer_task(downstream, "MRPC")
-    assert mrpc.train[0].shape == (4076, 2) and mrpc.test[0].shape == (1725, 2)
+    mrpc = load_transfer_task(downstream, "MRPC")  # the byte-order-marked header is skipped
+    assert mrpc.train[0].shape == (40, 2) and mrpc.test[0].shape == (20, 2)
 
 
 def test_alignment_and_uniformity_match_formulas():
@@ -243,7 +249,7 @@ def test_evaluate_cli_transfer_protocols(tmp_path, monkeypatch, data_dir):
     nine = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "SST5", "SICKEntailment"]
     assert list(json.loads(output.read_text())["transfer"]) == nine + ["avg"]
     assert list(TransferEvaluator(data_dir, max_train=1000).tasks) == nine + ["SICKRelatedness", "STSBenchmark"]
-    with pytest.raises(DataError, match="too few training examples"):  # TREC's ABBR: 1 of 40
+    with pytest.raises(DataError, match="too few training examples"):  # 40 of 60 TREC lines: under 10 per class
         TransferEvaluator(data_dir, tasks=["TREC"], max_train=40)
     assert main(["evaluate", "fake", "--tasks", "transfer", "--transfer-max-train", "40"]) == 2
     units = evaluation_units(["transfer"], data_dir, 40, transfer_protocol="fast")

@@ -9,17 +9,23 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoModel, PreTrainedTokenizerFast
 
-from csekit.modeling.pooling import pool
-from tests.conftest import REPO_ROOT, tiny_bert_config
 from csekit.cli import main
-from csekit.errors import DataError
-from csekit.loading import resolve_device
 from csekit.data import read_reference_corpus
-from csekit.extraction.extractor import ExtractionSetting, Extractor, HiddenStateCache, TransformerSource, resolve_layers
+from csekit.errors import DataError
+from csekit.extraction.extractor import (
+    ExtractionSetting,
+    Extractor,
+    HiddenStateCache,
+    TransformerSource,
+    resolve_layers,
+)
 from csekit.extraction.idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
 from csekit.extraction.postprocessing import parse_postprocessing
 from csekit.extraction.prompts import TEMPLATES, mask_token_weights, resolve_template
 from csekit.extraction.static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
+from csekit.loading import resolve_device
+from csekit.modeling.pooling import pool
+from tests.conftest import REPO_ROOT, tiny_bert_config
 
 SENTENCES = [
     "a man is playing a guitar .",
@@ -300,7 +306,8 @@ def pooled_with(states, batch, weight_of) -> np.ndarray:
 def test_fit_set_fits_postprocessing_and_idf_t(tiny_source, tokenizer):
     extractor = make_extractor()
     texts, fit = SENTENCES[:3], SENTENCES * 2 + ["completely different words appear here ."]
-    plain, fit_vectors = (extractor.embed(tiny_source, t, ExtractionSetting("last", "none", "avg")) for t in (texts, fit))
+    average = ExtractionSetting("last", "none", "avg")
+    plain, fit_vectors = (extractor.embed(tiny_source, t, average) for t in (texts, fit))
     zscore = ExtractionSetting("last", "none", "avg", parse_postprocessing("zscore"))
     np.testing.assert_allclose(extractor.embed(tiny_source, texts, zscore, fit_texts=fit),
                                (plain - fit_vectors.mean(0)) / fit_vectors.std(0), atol=1e-4)
@@ -326,15 +333,15 @@ def test_sts_fit_set_all_splits_is_train_dev_test_of_sts_b_and_sick_r(data_dir):
                 return np.random.default_rng(0).normal(size=(len(texts), 4))
             return embed
 
-        for _, name, score in evaluation_units(["sts"], data_dir, sts_tasks=["STS13", "STSBenchmark", "SICKRelatedness"],
-                                               sts_fit_set=fit_set):
+        tasks = ["STS13", "STSBenchmark", "SICKRelatedness"]
+        for _, name, score in evaluation_units(["sts"], data_dir, sts_tasks=tasks, sts_fit_set=fit_set):
             score(scorer(name))
         return seen
 
     assert fit_sets("test") == {"STS13": None, "STSBenchmark": None, "SICKRelatedness": None}
     seen = fit_sets("all-splits")
     assert seen["STS13"] is None  # STS12-16 have a test split only
-    for task, sizes in (("STSBenchmark", (5749, 1500, 1379)), ("SICKRelatedness", (4500, 500, 4927))):
+    for task, sizes in (("STSBenchmark", (80, 40, 40)), ("SICKRelatedness", (60, 30, 40))):  # the synthetic sizes
         splits = [load_sts_task(data_dir, task, split) for split in ("train", "dev", "test")]
         assert [len(pairs.scores) for pairs in splits] == list(sizes)
         assert seen[task] == [s for pairs in splits for s in pairs.sentences1 + pairs.sentences2]  # duplicates kept
@@ -342,7 +349,7 @@ def test_sts_fit_set_all_splits_is_train_dev_test_of_sts_b_and_sick_r(data_dir):
         evaluation_units(["sts"], data_dir, sts_tasks=["STS13"], sts_fit_set="train")
 
 
-def test_extract_cli_all_splits_fits_zscore_on_train_dev_test(data_dir, tmp_path):
+def test_extract_cli_all_splits_fits_zscore_on_train_dev_test(data_dir, tmp_path, bert_base_uncased):
     """End to end: ``csekit extract --sts-fit-set all-splits`` scores STS-B test with z-score fitted on the sentences
     of every train, dev and test pair, computed here from the definitions (RE vectors: seeded N(0, 0.1^2) rows, mean
     over t1..tN; z-score; cosine; Spearman), not from csekit's helpers."""
@@ -358,7 +365,8 @@ def test_extract_cli_all_splits_fits_zscore_on_train_dev_test(data_dir, tmp_path
                      "--sts-fit-set", fit_set, "--data-dir", str(data_dir), "--output", str(output)]) == 0
         return json.loads(output.read_text())["rows"][0]["sts"]["STSBenchmark"]
 
-    tok = AutoTokenizer.from_pretrained(bert_tokenizer_path(data_dir))
+    tok = AutoTokenizer.from_pretrained(bert_tokenizer_path())
+    assert bert_tokenizer_path().parent.parent.name == "models--bert-base-uncased"  # through the Hub cache
     table = np.random.default_rng(42).normal(0.0, 0.1, (len(tok), 768)).astype(np.float32)
 
     def vectors(sentences):
@@ -391,13 +399,13 @@ PAPER_RE = {
 }
 
 
-def test_random_embeddings_reproduce_the_papers_re_column(data_dir):
+def test_random_embeddings_reproduce_the_papers_re_column(real_data_dir, real_bert_tokenizer):
     from csekit.extraction.extractor import load_source
     from csekit.extraction.grid import evaluation_units
 
-    source = load_source("re", data_dir, seed=42)
+    source = load_source("re", real_data_dir, seed=42)
     extractor = Extractor([], HiddenStateCache())
-    units = evaluation_units(["sts"], data_dir, sts_tasks=list(PAPER_RE["none"]))
+    units = evaluation_units(["sts"], real_data_dir, sts_tasks=list(PAPER_RE["none"]))
     off = {}
     for _, task, score in units:
         for chain, row in PAPER_RE.items():
@@ -568,7 +576,8 @@ def test_gpu_extraction_and_evaluation_match_cpu(saved_tiny_model, data_dir):
     extracted = {device: make_extractor().embed(load_source(str(saved_tiny_model), data_dir, device=device),
                                                 SENTENCES, setting) for device in ("cpu", "cuda")}
     np.testing.assert_allclose(extracted["cuda"], extracted["cpu"], atol=1e-4)
-    evaluated = {device: load_embedder(str(saved_tiny_model), device=device)[0](SENTENCES) for device in ("cpu", "cuda")}
+    evaluated = {device: load_embedder(str(saved_tiny_model), device=device)[0](SENTENCES)
+                 for device in ("cpu", "cuda")}
     np.testing.assert_allclose(evaluated["cuda"], evaluated["cpu"], atol=1e-4)
 
 

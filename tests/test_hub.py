@@ -15,7 +15,7 @@ import pytest
 from datasets import Dataset
 
 from conftest import REPO_ROOT
-from csekit.download import CORPORA, download
+from csekit.download import CORPORA, WIKI1M_QUICKSTART_SENTENCES, download
 from csekit.errors import DataError
 from csekit.loading import resolve_model_path
 from csekit.trainers.data import load_training_dataset
@@ -190,6 +190,58 @@ def test_download_cli_uses_hf_endpoint_and_reports_errors_in_one_line(tmp_path):
         "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty")}, cwd=tmp_path)
     assert offline.returncode == 2 and len(offline.stderr.strip().splitlines()) == 1
     assert "HF_HUB_OFFLINE=1" in offline.stderr and not (tmp_path / "data" / "nli").exists()
+
+
+def release_tar(downstream: Path) -> bytes:
+    """A senteval.tar laid out as the release is: SimCSE's ``SentEval/data/downstream/download_dataset.sh`` runs
+    ``tar xvf senteval.tar`` inside ``downstream/``, where SentEval reads ``downstream/STS/...``, so the task folders
+    (``STS/``, ``SICK/``, ``MR/``, ...) are the tar's top level."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for task in sorted(downstream.iterdir()):
+            tar.add(task, arcname=task.name)
+    return buffer.getvalue()
+
+
+def test_quickstart_download_step_places_what_it_trains_and_scores_on(data_dir, tmp_path, monkeypatch):
+    """The quickstart's own `csekit download` line, against a loopback Hub serving the release's layout: the files
+    land where the quickstart's evaluation and training read them, a second run asks the Hub nothing, and training
+    reads exactly the first max_train_samples sentences of the full wiki1m file."""
+    import shlex
+
+    import yaml
+
+    from csekit.data import resolve_data_dir, resolve_data_file
+    from csekit.evaluation.sts import STS_TASKS, STSEvaluator
+
+    script = (REPO_ROOT / "recipes" / "quickstart.sh").read_text().splitlines()
+    steps = [line for line in script if line.startswith("csekit download ")]
+    assert len(steps) == 1 and "HF_HUB_OFFLINE=1" not in "\n".join(script)  # never forced offline
+    config = yaml.safe_load((REPO_ROOT / "recipes" / "configs" / "quickstart.yaml").read_text())
+    limit = config["max_train_samples"]
+    assert (config["train_file"], limit) == (CORPORA["wiki1m"].target, WIKI1M_QUICKSTART_SENTENCES)
+    wiki = [f"wikipedia sentence {i} of the full file ." for i in range(limit + 500)]
+    served = {("datasets", "princeton-nlp/datasets-for-simcse"): {
+        "senteval.tar": release_tar(data_dir / "senteval" / "downstream"),
+        "wiki1m_for_simcse.txt": ("\n".join(wiki) + "\n").encode()}}
+    data = tmp_path / "data"  # a user's default data folder; nothing there yet
+    with FakeHub(served) as hub:
+        env = {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "cache"),
+               "NO_PROXY": "127.0.0.1,localhost", "HF_HUB_DISABLE_TELEMETRY": "1", "CSEKIT_DATA_DIR": str(data)}
+        first = run_csekit(*shlex.split(steps[0])[1:], env_extra=env, cwd=tmp_path)
+        assert first.returncode == 0, first.stderr[-2000:]
+        fetched = [path for method, path in hub.requests if method == "GET" and "/resolve/" in path]
+        assert len(fetched) == 2  # senteval.tar and wiki1m_for_simcse.txt, once each
+        hub.requests.clear()
+        again = run_csekit(*shlex.split(steps[0])[1:], env_extra=env, cwd=tmp_path)
+        assert again.returncode == 0 and again.stdout.count("already exists") == 2
+        assert hub.requests == []  # the second run fetches nothing
+    monkeypatch.setenv("CSEKIT_DATA_DIR", str(data))
+    assert resolve_data_dir() == data  # where `csekit evaluate` and the recipe look first
+    assert STSEvaluator(resolve_data_dir(), STS_TASKS, split="test").pairs.keys() == set(STS_TASKS)
+    assert resolve_data_file(config["train_file"]) == data / "wiki" / "wiki1m_for_simcse.txt"
+    dataset = load_training_dataset(config["train_file"], max_examples=limit)
+    assert dataset["sent0"] == wiki[:limit]
 
 
 # ------------------------------------------------------------------------------------------------ Hub datasets

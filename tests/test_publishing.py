@@ -14,17 +14,16 @@ from sentence_transformers import SentenceTransformer
 from transformers import BertModel
 
 from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
-from csekit.modeling import MODEL_CLASSES, SimCSEConfig, SimCSEModel
 from csekit.cli import main as csekit
 from csekit.errors import DataError
+from csekit.evaluation.sts import STS_TASKS
+from csekit.modeling import MODEL_CLASSES, SimCSEConfig, SimCSEModel
 from csekit.publishing.hub import files_to_push, push_to_hub
 from csekit.publishing.model_card import FAMILY_TEMPLATES, MODEL_CARDS_DIR, render_model_card, write_model_card
+from csekit.publishing.st_export import export_sentence_transformers
 from csekit.recipes.simcse import RECIPE
 from csekit.trainers.recipe import run_recipe
-from csekit.publishing.st_export import export_sentence_transformers
-from csekit.evaluation.sts import STS_TASKS
 from csekit.trainers.trainer import SimCSETrainer
-
 
 SENTENCES = ["A cat sits on the mat.", "Markets rallied after the announcement of lower rates.", "hi", "Why?"]
 # tiny-config adjustments some methods need (their defaults assume a 12-layer, 768-wide backbone)
@@ -48,7 +47,7 @@ def trained(tmp_path_factory, tokenizer, data_dir):
     BertModel(tiny_bert_config(max_position_embeddings=512)).save_pretrained(backbone)
     tokenizer.save_pretrained(backbone)
     corpus = root / "wiki.txt"
-    corpus.write_text("\n".join((data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt").read_text().splitlines()[:32]))
+    corpus.write_text("\n".join((data_dir / "wiki" / "wiki1m_for_simcse.txt").read_text().splitlines()[:32]))
     output = root / "tiny-simcse"
     argv = ["--model_name_or_path", str(backbone), "--pooler_type", "cls", "--train_file", str(corpus),
             "--output_dir", str(output), "--per_device_train_batch_size", "8", "--max_steps", "2",

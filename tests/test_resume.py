@@ -171,7 +171,8 @@ def test_recipe_killed_mid_run_resumes_to_the_uninterrupted_result(tiny_backbone
     finally:
         victim.kill()
     assert not (killed / "checkpoint-8").exists()  # killed mid-run
-    checkpoint_4 = {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in (killed / "checkpoint-4").iterdir()}
+    checkpoint_4 = {path.name: (path.stat().st_mtime_ns, path.read_bytes())
+                    for path in (killed / "checkpoint-4").iterdir()}
 
     run_bounded(command(killed, "--resume_from_checkpoint", "last"), 400, cwd=REPO_ROOT, env=env)
     reference.wait()

@@ -16,15 +16,25 @@ EXPECTED_PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "S
 
 
 @pytest.mark.parametrize("task, count", EXPECTED_PAIRS.items())
-def test_pair_counts(data_dir, task, count):
-    pairs = load_sts_task(data_dir, task)
+def test_pair_counts(real_data_dir, task, count):
+    pairs = load_sts_task(real_data_dir, task)
     assert len(pairs.sentences1) == len(pairs.sentences2) == len(pairs.scores) == count
     assert all(s == " ".join(s.split()) for s in pairs.sentences1[:200])
 
 
-def test_dev_splits(data_dir):
-    assert len(load_sts_task(data_dir, "STSBenchmark", "dev").scores) == 1500
-    assert len(load_sts_task(data_dir, "SICKRelatedness", "dev").scores) == 500
+def test_dev_splits(real_data_dir):
+    assert len(load_sts_task(real_data_dir, "STSBenchmark", "dev").scores) == 1500
+    assert len(load_sts_task(real_data_dir, "SICKRelatedness", "dev").scores) == 500
+
+
+def test_unscored_lines_are_skipped_and_splits_read(data_dir):
+    # the synthetic folder: 12 pairs per sub-dataset, one of them unscored in each STS15/16 sub-dataset
+    counts = {task: len(load_sts_task(data_dir, task).scores) for task in ("STS12", "STS13", "STS15", "STS16")}
+    assert counts == {"STS12": 5 * 12, "STS13": 3 * 12, "STS15": 5 * 11, "STS16": 5 * 11}
+    assert [len(load_sts_task(data_dir, "STSBenchmark", split).scores) for split in ("train", "dev", "test")] == \
+        [80, 40, 40]
+    assert [len(load_sts_task(data_dir, "SICKRelatedness", split).scores) for split in ("train", "dev", "test")] == \
+        [60, 30, 40]
     with pytest.raises(ValueError, match="only a test split"):
         load_sts_task(data_dir, "STS12", "dev")
 
@@ -57,11 +67,11 @@ def test_evaluator_embeds_both_sentences_of_every_pair(data_dir):
         assert results[task] == round(direct, 2)
 
 
-def test_minilm_matches_published_mteb_scores(data_dir):
+def test_minilm_matches_published_mteb_scores(real_data_dir):
     # all-MiniLM-L6-v2 on the MTEB leaderboard: STSBenchmark 82.03 (cosine Spearman, test split)
     embed, info = load_embedder("all-MiniLM-L6-v2")
     assert info["pooler"] == "avg"
-    results = STSEvaluator(data_dir, ["STSBenchmark"])(embed)
+    results = STSEvaluator(real_data_dir, ["STSBenchmark"])(embed)
     assert results["STSBenchmark"] == pytest.approx(82.03, abs=0.05)
 
 

@@ -22,8 +22,8 @@ from csekit.modeling.losses import (
     multi_positive_l2_loss,
 )
 from csekit.modeling.whitening import GroupWhitening, whitening_matrices
-from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 from csekit.trainers import WhitenedCSETrainer
+from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 
 
 def correlated(*shape, seed=0):
@@ -45,7 +45,8 @@ def tiny_model(**overrides):
 # ------------------------------------------------------------------------------------------------------ whitening
 @pytest.mark.parametrize(
     "kind,differentiable",
-    [("pca", False), ("zca", False), ("zca", True), ("group", True), ("shuffled_group", False), ("shuffled_group", True)],
+    [("pca", False), ("zca", False), ("zca", True), ("group", True), ("shuffled_group", False),
+     ("shuffled_group", True)],
 )
 def test_rank_deficient_batch_under_bf16_autocast_is_finite_in_float32(kind, differentiable):
     whitening = GroupWhitening(64, 2, kind=kind, differentiable=differentiable).train()
@@ -434,7 +435,7 @@ NEAR_DUPLICATES = [
 
 
 def test_near_duplicates_stay_close_after_whitening_at_the_default_setting(minilm_path, data_dir):
-    wiki = (data_dir / "wiki" / "wiki1m_for_simcse.head11914.txt").read_text().splitlines()[:64]
+    wiki = (data_dir / "wiki" / "wiki1m_for_simcse.txt").read_text().splitlines()[:64]
     sentences = wiki + [sentence for pair in NEAR_DUPLICATES for sentence in pair]
     model = WhitenedCSEModel.from_encoder(str(minilm_path), pooler_type="avg")  # the comparison budget's feature
     assert model.config.num_groups == 192  # the default rule on MiniLM's 384 channels: groups of 2

@@ -27,10 +27,10 @@ import torch
 from transformers import DataCollatorForLanguageModeling
 from transformers.trainer import TRAINING_ARGS_NAME
 
-from ..modeling import CMLMCSEConfig
-from .collators import ContrastiveCollator
 from ..errors import DataError
+from ..modeling import CMLMCSEConfig
 from ..modeling.modeling_cmlm_cse import IGNORE_INDEX
+from .collators import ContrastiveCollator
 from .trainer import SimCSETrainer
 
 CONTRASTIVE_AUGMENTATIONS = ("none", "word_repetition", "drop_one_word")

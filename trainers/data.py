@@ -25,8 +25,9 @@ PAIR_COLUMNS = ("sent0", "sent1", "hard_neg")
 HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(:[\w.-]+)?")
 
 
-def read_pairs(path) -> dict:
-    """A CSV with header ``sent0,sent1[,hard_neg]`` (supervised SimCSE). Returns columns as lists."""
+def read_pairs(path, limit: Optional[int] = None) -> dict:
+    """A CSV with header ``sent0,sent1[,hard_neg]`` (supervised SimCSE). Returns columns as lists; with ``limit``,
+    the first ``limit`` rows, and the file is read no further."""
     path = Path(path)
     lines = (line for _, line in read_lines(path))
     reader = csv.reader(lines)
@@ -38,6 +39,8 @@ def read_pairs(path) -> dict:
         raise DataError(f"{path}:1: header is {','.join(header)!r}, expected 'sent0,sent1' or 'sent0,sent1,hard_neg'")
     columns = {name: [] for name in header}
     for row in reader:
+        if limit is not None and len(columns["sent0"]) == limit:
+            break
         number = reader.line_num
         if not any(value.strip() for value in row):
             continue
@@ -61,7 +64,8 @@ def read_hub_dataset(name: str) -> dict:
     try:
         dataset = datasets.load_dataset(repo, config or None, split="train")
     except (FileNotFoundError, ConnectionError) as error:  # not on the Hub / not reachable and not cached
-        offline = " (HF_HUB_OFFLINE=1 is set and it is not in the datasets cache)" if constants.is_offline_mode() else ""
+        offline = (" (HF_HUB_OFFLINE=1 is set and it is not in the datasets cache)" if constants.is_offline_mode()
+                   else "")
         raise DataError(f"{name}: no such local file or Hub dataset{offline}: {str(error).splitlines()[0]}") from None
     except ValueError as error:  # e.g. an unknown config name
         raise DataError(f"{name}: {str(error).splitlines()[0]}") from None
@@ -88,10 +92,13 @@ def read_hub_dataset(name: str) -> dict:
     return columns
 
 
-def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_examples: int = 1) -> Dataset:
+def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_examples: int = 1,
+                          max_examples: Optional[int] = None) -> Dataset:
     """A ``datasets.Dataset`` with column ``sent0`` (and ``sent1``/``hard_neg`` for pairs) from ``--train_file``.
 
     ``min_examples`` is the global batch size: a corpus smaller than one batch cannot form a single contrastive step.
+    ``max_examples`` (``--max_train_samples``) keeps the first examples in file order, before any shuffling, so the
+    first N sentences of the full wiki1m file and a file holding only those N are the same training data.
     """
     path = Path(train_file)
     if not path.exists():
@@ -102,15 +109,15 @@ def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_e
         if candidate.exists():
             path = candidate
         elif HUB_DATASET.fullmatch(train_file) and path.suffix not in (".txt", ".csv"):
-            columns = read_hub_dataset(train_file)
+            columns = {name: values[:max_examples] for name, values in read_hub_dataset(train_file).items()}
             path = None
         else:
             raise DataError(f"{train_file}: no such file (also looked for {candidate})")
     if path is not None:
         if path.suffix == ".csv":
-            columns = read_pairs(path)
+            columns = read_pairs(path, max_examples)
         elif path.suffix in (".txt", ""):
-            columns = {"sent0": read_sentences(path)}
+            columns = {"sent0": read_sentences(path, max_examples)}
         else:
             raise DataError(f"{path}: unsupported training file type {path.suffix!r} (use .txt sentences, .csv pairs "
                             "or a Hub dataset id)")

@@ -79,7 +79,8 @@ class EmbeddingCache:
     ) -> CachedEmbeddings:
         """Vectors of ``sentences`` under ``model``'s frozen encoder: from the cache if valid, else computed+stored.
 
-        ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled`` (:class:`~csekit.modeling.CLSRModel`).
+        ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled``
+        (:class:`~csekit.modeling.CLSRModel`).
         """
         sentences = list(sentences)
         expected = self._fingerprints(model, sentences, max_length)

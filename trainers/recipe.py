@@ -34,7 +34,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
 
 from ..atomic import STAGING, commit_files, write_json, write_text
-from ..data import resolve_data_dir
+from ..data import DATA_DIR_HELP, resolve_data_dir
 from ..errors import DataError, OneLineUsageErrors
 from ..evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
@@ -114,7 +114,7 @@ def resolve_recipe_config(name: str) -> Optional[Path]:
 # ------------------------------------------------------------------------------------------------ shared flags
 # sizes and lengths, in whichever recipe has them: below 1 they are never meant (a length of 0 would silently mean
 # "no truncation", a batch of 0 fail after the data and model are loaded)
-POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch_size")
+POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch_size", "max_train_samples")
 
 
 @dataclass
@@ -125,9 +125,12 @@ class DataArguments:
                   "supervised), or a Hub dataset id (columns as for the .csv, or one 'text' column). Relative paths "
                   "are also looked up in the data folder."},
     )
+    max_train_samples: Optional[int] = field(
+        default=None, metadata={"help": "Train on the first N examples of --train_file only (file order; the rest "
+                                "of the file is not read)."}
+    )
     data_dir: Optional[str] = field(
-        default=None, metadata={"help": "Data folder (default: $CSEKIT_DATA_DIR, ./data, ~/.cache/csekit/data, "
-                                "../shared/data)."}
+        default=None, metadata={"help": DATA_DIR_HELP}
     )
     do_test_eval: bool = field(default=True, metadata={"help": "Score the final model on the 7 STS test sets."})
     overwrite_output_dir: bool = field(
@@ -249,7 +252,8 @@ def prepare_output_dir(output_dir, overwrite: bool = False) -> Path:
         raise DataError(f"--output_dir {folder}: is a file, not a folder")
     if folder.is_dir() and any(folder.iterdir()) and not overwrite and not is_csekit_output(folder):
         raise DataError(f"--output_dir {folder}: exists and is not a csekit output folder (no training_args.json, "
-                        "checkpoint-* or csekit config.json); choose another folder or pass --overwrite_output_dir true")
+                        "checkpoint-* or csekit config.json); choose another folder or pass "
+                        "--overwrite_output_dir true")
     shutil.rmtree(folder / STAGING, ignore_errors=True)
     return folder / STAGING
 
@@ -327,7 +331,8 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
-    train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch)
+    train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
+                                          data_args.max_train_samples)
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
     dev_tasks = ("STSBenchmark", "SICKRelatedness") if data_args.eval_sickr else ("STSBenchmark",)

@@ -102,9 +102,10 @@ class ContrastiveTrainer(Trainer):
     ):
         """Publish the saved model in ``args.output_dir`` to ``args.hub_model_id``, exactly as ``csekit push`` does.
 
-        The upload is :func:`csekit.publishing.hub.files_to_push`'s pickle-free set (safetensors, config with ``auto_map``,
-        code, tokenizer, a freshly rendered card, ``eval_results.json``), never ``training_args.bin`` or checkpoints.
-        Call it after :meth:`save_model` and the test evaluation. Returns the commit info (``None`` off rank 0).
+        The upload is :func:`csekit.publishing.hub.files_to_push`'s pickle-free set (safetensors, config with
+        ``auto_map``, code, tokenizer, a freshly rendered card, ``eval_results.json``), never ``training_args.bin`` or
+        checkpoints. Call it after :meth:`save_model` and the test evaluation. Returns the commit info (``None`` off
+        rank 0).
         """
         from ..publishing.hub import push_to_hub as publish
 

@@ -11,7 +11,6 @@ import logging
 from ..errors import DataError
 from ..modeling.losses import multi_positive_info_nce_terms, multi_positive_l1_loss, multi_positive_l2_loss
 from ..modeling.whitening import GROUPED_WHITENING
-
 from .trainer import ContrastiveTrainer
 
 logger = logging.getLogger(__name__)

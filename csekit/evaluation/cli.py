@@ -6,7 +6,7 @@
 """
 
 from ..atomic import output_file, write_json
-from ..data import resolve_data_dir
+from ..data import DATA_DIR_HELP, resolve_data_dir
 from ..errors import DataError
 from .sts import STS_TASKS, STSEvaluator, format_sts_table
 from .transfer import PROTOCOLS as TRANSFER_PROTOCOLS
@@ -36,7 +36,7 @@ def add_evaluate_parser(subparsers) -> None:
         "cuda or cuda:N.",
     )
     parser.add_argument("--max-length", type=int, default=None, help="Truncation length (default: model maximum).")
-    parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data).")
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     parser.add_argument("--output", default=None, help="Write results as JSON here.")
     parser.add_argument(
         "--transfer-max-train", type=int, default=None,
@@ -52,9 +52,11 @@ def add_evaluate_parser(subparsers) -> None:
         "--transfer-jobs", type=int, default=1, help="transfer: cross-validation folds fitted in parallel (joblib)."
     )
     parser.add_argument(
-        "--clustering-max-examples", type=int, default=None, help="clustering: cap texts per dataset (seeded subsample)."
+        "--clustering-max-examples", type=int, default=None,
+        help="clustering: cap texts per dataset (seeded subsample).",
     )
-    parser.add_argument("--clustering-runs", type=int, default=10, help="clustering: k-means runs averaged per dataset.")
+    parser.add_argument("--clustering-runs", type=int, default=10,
+                        help="clustering: k-means runs averaged per dataset.")
     parser.set_defaults(handler=run_evaluate)
 
 
@@ -66,7 +68,8 @@ def run_evaluate(args) -> int:
     suites = [suite.strip() for suite in args.tasks.split(",") if suite.strip()]
     unknown = [suite for suite in suites if suite not in EVALUATION_SUITES]
     if unknown or not suites:
-        raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(EVALUATION_SUITES)}")
+        raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from "
+                        f"{', '.join(EVALUATION_SUITES)}")
     if args.batch_size < 1:
         raise DataError(f"--batch-size must be >= 1, got {args.batch_size}")
     for flag in ("transfer_max_train", "transfer_jobs", "clustering_max_examples", "clustering_runs"):
@@ -91,7 +94,8 @@ def run_evaluate(args) -> int:
     )
     for suite in ("transfer", "clustering", "geometry"):
         if suite in record:
-            print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], 4 if suite == "geometry" else 2))
+            digits = 4 if suite == "geometry" else 2
+            print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], digits))
     if output:
         write_json(output, record)
     return 0

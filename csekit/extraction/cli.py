@@ -10,7 +10,7 @@ import argparse
 import time
 
 from ..atomic import output_file, write_json, write_text
-from ..data import read_reference_corpus, resolve_data_dir, resolve_data_file
+from ..data import DATA_DIR_HELP, read_reference_corpus, resolve_data_dir, resolve_data_file
 from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
 from ..evaluation.suites import SUITE_TITLES, format_table
@@ -95,7 +95,8 @@ def add_extract_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--avg-corpus", default=None,
-        help="Comma-separated corpora whose contexts the avg: models average (default: WikiText-2 test + wiki1m head).",
+        help="Comma-separated corpora whose contexts the avg: models average (default: WikiText-2 test + the first "
+        "11,914 wiki1m sentences).",
     )
     parser.add_argument(
         "--cache-dir", default=None,
@@ -123,9 +124,7 @@ def add_extract_parser(subparsers) -> None:
         help="Cap texts per clustering dataset (seeded random subsample).",
     )
     parser.add_argument("--clustering-runs", type=_positive, default=10, help="k-means runs averaged per dataset.")
-    parser.add_argument(
-        "--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data)."
-    )
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     parser.add_argument("--output", default=None, help="Write all rows as JSON here (and markdown next to it as .md).")
     parser.set_defaults(handler=run_extract)
 

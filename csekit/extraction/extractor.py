@@ -40,6 +40,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from ..atomic import write_bytes
 from ..data import read_reference_corpus, resolve_data_file
+from ..download import CORPORA, WIKI1M_QUICKSTART_SENTENCES
 from ..errors import DataError
 from ..fingerprint import combine, data_fingerprint, module_fingerprint, tensor_digest, tokenizer_fingerprint
 from ..loading import resolve_device, resolve_model_path
@@ -61,21 +62,21 @@ from .static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSou
 LAYER_PRESETS = ("last", "first_last", "1_2_last")
 AGGREGATIONS = ("avg", "idf-w", "idf-t", "no-biases", "mask")
 DEFAULT_REFERENCE = "wiki/wikitext-2-raw/wiki.test.raw"
-DEFAULT_AVG_CORPUS = ("wiki/wikitext-2-raw/wiki.test.raw", "wiki/wiki1m_for_simcse.head11914.txt")
-BERT_TOKENIZER_DIR = "bert-base-uncased-tokenizer"
+# (file in the data folder, sentences read): WikiText-2 test and the quickstart's first 11,914 wiki1m sentences
+DEFAULT_AVG_CORPUS = (("wiki/wikitext-2-raw/wiki.test.raw", None),
+                      (CORPORA["wiki1m"].target, WIKI1M_QUICKSTART_SENTENCES))
+BERT_BASE = "bert-base-uncased"
 CACHE_FORMAT = "csekit-hidden-states-v1"
 
 logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ models
-def bert_tokenizer_path(data_dir) -> Path:
-    """The bert-base-uncased tokenizer + config folder: ``$CSEKIT_BERT_TOKENIZER``, else ``models/`` next to the
-    data folder (the shared layout)."""
-    candidate = Path(os.environ.get("CSEKIT_BERT_TOKENIZER") or Path(data_dir).parent / "models" / BERT_TOKENIZER_DIR)
-    if not (candidate / "config.json").is_file():
-        raise DataError(f"{candidate}: no bert-base-uncased tokenizer/config folder; set CSEKIT_BERT_TOKENIZER")
-    return candidate
+def bert_tokenizer_path() -> Path:
+    """The bert-base-uncased tokenizer + config folder (``re`` and ``random-bert`` need no weights): the folder
+    ``$CSEKIT_BERT_TOKENIZER`` names, else the Hub's ``bert-base-uncased`` through the Hugging Face cache (its
+    configs and tokenizer files only)."""
+    return Path(resolve_model_path(os.environ.get("CSEKIT_BERT_TOKENIZER") or BERT_BASE, require_weights=False))
 
 
 class TransformerSource:
@@ -121,7 +122,7 @@ def load_transformer(name: str, data_dir, seed: int = 42, device: Optional[str] 
     (:func:`~csekit.loading.resolve_device`)."""
     device = resolve_device(device)
     if name == "random-bert":
-        folder = bert_tokenizer_path(data_dir)
+        folder = bert_tokenizer_path()
         torch.manual_seed(seed)  # drawn on the CPU, so the weights are the same whatever the device
         model = build_encoder(AutoConfig.from_pretrained(folder, local_files_only=True)).to(device)
         return TransformerSource(f"random-bert(seed={seed})", model, AutoTokenizer.from_pretrained(folder))
@@ -149,14 +150,15 @@ def load_source(
             return averaged_sources[name]
         corpus = avg_corpus
         if corpus is None:
-            corpus = [s for p in DEFAULT_AVG_CORPUS for s in read_reference_corpus(resolve_data_file(p, data_dir))]
+            corpus = [s for path, limit in DEFAULT_AVG_CORPUS
+                      for s in read_reference_corpus(resolve_data_file(path, data_dir), limit)]
         source = AveragedStaticSource(load_transformer(name, data_dir, seed, device), corpus)
         if averaged_sources is not None:
             averaged_sources[name] = source
         return source
 
     if spec == "re":
-        return RandomEmbeddingSource(AutoTokenizer.from_pretrained(bert_tokenizer_path(data_dir)), seed=seed)
+        return RandomEmbeddingSource(AutoTokenizer.from_pretrained(bert_tokenizer_path()), seed=seed)
     if spec.startswith("avg:"):
         return averaged(spec[len("avg:"):])
     match = re.fullmatch(r"(.+)\+avg:(-?[0-9.]+)", spec)

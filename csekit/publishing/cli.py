@@ -6,6 +6,7 @@
     csekit export-st MODEL OUT_DIR [--layout auto|plain|remote-code] [--overwrite]
 """
 
+from ..data import DATA_DIR_HELP
 from ..errors import DataError
 
 
@@ -17,8 +18,8 @@ def add_card_parser(subparsers) -> None:
         "(every reproduced number comes from that file) with the method family's template in model_cards/. The "
         "alignment/uniformity figure is drawn by encoding the STS-B train sentences when it is missing.",
     )
-    parser.add_argument("model_dir", metavar="MODEL", help="A csekit model folder with eval_results.json, or the Hub id "
-                        "of a published csekit model (then --output is required).")
+    parser.add_argument("model_dir", metavar="MODEL", help="A csekit model folder with eval_results.json, or the Hub "
+                        "id of a published csekit model (then --output is required).")
     parser.add_argument("--output", default=None, help="Write the card here instead of MODEL/README.md.")
     parser.add_argument("--repo-id", default=None, help="Hub id used in the card's loading snippets (default: the "
                         "Hub id of MODEL, else <your-namespace>/<folder name>).")
@@ -28,7 +29,7 @@ def add_card_parser(subparsers) -> None:
         help="Draw alignment_uniformity.png (and record its numbers in eval_results.json): when missing, always "
         "(re-evaluate), or never.",
     )
-    parser.add_argument("--data-dir", default=None, help="Data folder (default: $CSEKIT_DATA_DIR, ./data, ../shared/data).")
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     parser.set_defaults(handler=run_card)
 
 
@@ -76,7 +77,8 @@ def add_export_st_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "export-st",
         help="Write a sentence-transformers version of a csekit model (embeddings checked equal to 1e-5).",
-        description="Make MODEL (a csekit folder or Hub id) loadable with SentenceTransformer(OUT_DIR). The 'plain' layout (Transformer + "
+        description="Make MODEL (a csekit folder or Hub id) loadable with SentenceTransformer(OUT_DIR). The 'plain' "
+        "layout (Transformer + "
         "Pooling, no custom code) is used when the model is a backbone with last-layer [CLS]/mean pooling and no "
         "inference head; otherwise 'remote-code' ships the csekit model with a small sentence-transformers module "
         "(load with trust_remote_code=True). The export compares both models' embeddings of probe sentences and "
@@ -99,7 +101,8 @@ def run_export_st(args) -> int:
 
     result = export_sentence_transformers(args.model_dir, args.out_dir, args.layout, args.overwrite)
     trust = ", trust_remote_code=True" if result["layout"] == "remote-code" else ""
-    print(f"wrote {result['out_dir']} ({result['layout']} layout, max |difference| {result['max_abs_difference']:.1e}); "
+    print(f"wrote {result['out_dir']} ({result['layout']} layout, max |difference| "
+          f"{result['max_abs_difference']:.1e}); "
           f"load with SentenceTransformer({result['out_dir']!r}{trust})")
     return 0
 

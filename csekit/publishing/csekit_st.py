@@ -29,7 +29,8 @@ class CSEKitEncoder(InputModule):
     config_keys = ["max_seq_length", "embedding_dimension"]
     config_file_name = "csekit_sentence_transformers.json"  # config.json is the csekit model's own
 
-    def __init__(self, model, tokenizer, max_seq_length: Optional[int] = None, embedding_dimension: Optional[int] = None):
+    def __init__(self, model, tokenizer, max_seq_length: Optional[int] = None,
+                 embedding_dimension: Optional[int] = None):
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer

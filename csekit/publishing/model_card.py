@@ -18,10 +18,10 @@ import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig
 
+from ..atomic import output_file, write_json, write_text
 from ..errors import DataError
 from ..evaluation.encoders import load_embedder
 from ..evaluation.sts import STS_TASKS
-from ..atomic import output_file, write_json, write_text
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
 from .figure import FIGURE_FILE, alignment_uniformity_figure
@@ -44,7 +44,9 @@ STS_HUB_DATASETS = {
     "STS16": "mteb/sts16-sts", "STSBenchmark": "mteb/stsbenchmark-sts", "SICKRelatedness": "mteb/sickr-sts",
 }
 # training-data names (substrings of the recipe's data arguments) -> Hub dataset ids for the card metadata
-TRAINING_DATASETS = {"wiki1m": "princeton-nlp/datasets-for-simcse", "nli": "stanfordnlp/snli", "stsb": "mteb/stsbenchmark-sts"}
+TRAINING_DATASETS = {
+    "wiki1m": "princeton-nlp/datasets-for-simcse", "nli": "stanfordnlp/snli", "stsb": "mteb/stsbenchmark-sts",
+}
 TRAINING_KEYS = (
     "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
     "warmup_steps", "warmup_ratio", "weight_decay", "lr_scheduler_type", "eval_steps", "metric_for_best_model",

@@ -7,8 +7,8 @@ Two layouts:
   with no head (SimCSE with ``avg`` / ``cls_before_pooler`` / ``cls`` + ``mlp_only_train``, and any other class
   whose inference head is the identity);
 * ``remote-code``: the csekit model itself (weights, ``auto_map`` code, tokenizer) driven by the
-  :class:`~csekit.publishing.csekit_st.CSEKitEncoder` module shipped in the folder; works for every csekit model and loads
-  with ``SentenceTransformer(folder, trust_remote_code=True)``.
+  :class:`~csekit.publishing.csekit_st.CSEKitEncoder` module shipped in the folder; works for every csekit model and
+  loads with ``SentenceTransformer(folder, trust_remote_code=True)``.
 
 ``auto`` picks ``plain`` when possible. Either way the export encodes probe sentences with both models and
 refuses to finish unless every embedding matches ``model.encode`` to ``1e-5``; the folder is built next to
@@ -88,7 +88,8 @@ def build_remote_code(model: SentenceEncoderPreTrainedModel, dimension: int):
 
     from .csekit_st import CSEKitEncoder
 
-    module = CSEKitEncoder(model, model.tokenizer, max_seq_length=model.config.max_length, embedding_dimension=dimension)
+    module = CSEKitEncoder(model, model.tokenizer, max_seq_length=model.config.max_length,
+                           embedding_dimension=dimension)
     return SentenceTransformer(modules=[module], device="cpu")
 
 
