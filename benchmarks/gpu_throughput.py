@@ -4,7 +4,7 @@
     python benchmarks/gpu_throughput.py --device cuda --st --trainer-steps 300 --compile --output OUT   # compiled
     python benchmarks/gpu_throughput.py --device cpu --size tiny --steps 3 --warmup 1                   # CI size
 
-Workload (issue 15): unsupervised SimCSE on a bert-base-sized encoder with random weights (config and tokenizer from
+Workload: unsupervised SimCSE on a bert-base-sized encoder with random weights (config and tokenizer from
 ``--model-config``, default bert-base-uncased), batch 64 sentences, max length 32, two dropout views, bf16 autocast
 on the GPU (float32 on the CPU unless ``--precision bf16``), real wiki1m sentences (``--data-file``). Every method is
 built by its recipe, ``RECIPE.build_model(path, RECIPE.parse(flags)[0])``, with the recipe's paper defaults, so
@@ -101,7 +101,7 @@ TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, i
 # (WhitenedCSE's default k fits it: 16 groups of 2 channels)
 TINY_FLAGS = {"cmlm_cse": ["--extractor_layers", "1", "--fusion_layers", "1"]}
 WIKI1M_STEPS = 15_625  # 1,000,000 sentences in batches of 64: SimCSE's one epoch
-TARGET_EPOCH_SECONDS = 300  # issue 15: one wiki1m epoch of SimCSE bert-base in <= 5 minutes on one H100
+TARGET_EPOCH_SECONDS = 300  # the target: one wiki1m epoch of SimCSE bert-base in <= 5 minutes on one H100
 # --trainer-steps: the recipe's defaults, then one change each (nothing that alters the numerics): no per-step
 # host-device sync for the NaN/inf loss filter; collation in 2 worker processes instead of the main one
 TRAINER_VARIANTS = [("(recipe defaults)", []),

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from common import emit
+from csekit.evaluation.sts import STS_SHORT_NAMES, STS_TASKS
 
-TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
-SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
+TASKS = (*STS_TASKS, "avg")
 DEFAULT_LAUNCH = "--cpu --num_processes 1"
 
 
@@ -70,7 +70,7 @@ def main(argv=None):
     records = {seed: run_seed(args.recipe, seed, Path(args.output_root) / f"seed{seed}", recipe_args,
                               shlex.split(args.launch))
                for seed in args.seeds}
-    header = "| run | " + " | ".join(SHORT.get(t, t) for t in TASKS) + " | wall s |"
+    header = "| run | " + " | ".join(STS_SHORT_NAMES.get(t, t) for t in TASKS) + " | wall s |"
     lines = [f"Command: `python benchmarks/seeds.py {shlex.join(argv if argv is not None else sys.argv[1:])}`", "",
              header, "|---|" + "---:|" * (len(TASKS) + 1), *format_rows(args.name, records)]
     emit("\n".join(lines), args.table)

@@ -47,8 +47,8 @@ def run_train(args) -> int:
 
 
 def add_download_parser(subparsers) -> None:
-    from .data import DATA_DIR_HELP
     from .download import CORPORA, DATA_REPO
+    from .options import add_data_dir
 
     parser = subparsers.add_parser(
         "download",
@@ -60,7 +60,7 @@ def add_download_parser(subparsers) -> None:
     )
     parser.add_argument("names", metavar="NAME", nargs="+", choices=sorted(CORPORA),
                         help=", ".join(f"{name} ({corpus.size})" for name, corpus in CORPORA.items()))
-    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    add_data_dir(parser)
     parser.add_argument("--revision", default=None, help="A branch, tag or commit of the Hub repository.")
     parser.add_argument("--force", action="store_true", help="Replace a copy that is already there.")
     parser.set_defaults(handler=run_download)
@@ -96,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from huggingface_hub.errors import StrictDataclassError
 
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a usage error, already printed in one line (2)
+        return stop.code if isinstance(stop.code, int) else 2
     try:
         return args.handler(args)
     except DataError as error:

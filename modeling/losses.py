@@ -1,7 +1,8 @@
 """Contrastive losses and the cross-process gather they share.
 
-Distributed training follows open_clip's ``loss.py``: the caller says explicitly whether to gather candidates
-across processes. Gathering uses ``torch.distributed.nn.functional.all_gather``, whose backward sums the gradient
+Distributed training follows open_clip's ``loss.py``: the caller passes its ``rank`` and ``world_size`` (a trainer
+takes them from its accelerator), and with ``world_size > 1`` the candidates of every process are gathered. Gathering
+uses ``torch.distributed.nn.functional.all_gather``, whose backward sums the gradient
 of every process's loss into each local slice. With DDP's gradient averaging this makes N processes with local
 batch B compute exactly the gradient of one process with the concatenated batch N*B (tested in
 ``tests/test_distributed.py``).
@@ -10,14 +11,7 @@ batch B compute exactly the gradient of one process with the concatenated batch 
 from typing import Optional, Sequence
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-
-
-def distributed_rank_and_world() -> tuple:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 class _ContiguousGradient(torch.autograd.Function):
@@ -36,10 +30,9 @@ class _ContiguousGradient(torch.autograd.Function):
         return grad.contiguous()
 
 
-def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+def gather_with_grad(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
     """Concatenate ``tensor`` from every process along dim 0, keeping gradients (identity on one process)."""
-    _, world = distributed_rank_and_world()
-    if world == 1:
+    if world_size == 1:
         return tensor
     from torch.distributed.nn.functional import all_gather
 
@@ -64,12 +57,13 @@ def info_nce_loss(
     hard_negatives: Optional[torch.Tensor] = None,
     temperature: float = 0.05,
     hard_negative_weight: float = 0.0,
-    gather_across_processes: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> torch.Tensor:
     r"""InfoNCE with in-batch negatives (SimCSE eq. 1 and, with hard negatives, eq. 5).
 
     .. math:: \ell_i = -\log \frac{e^{\cos(h_i, h_i^+)/\tau}}{\sum_j e^{\cos(h_i, h_j^+)/\tau}
-              + \sum_j e^{(\cos(h_i, h_j^-) + w\,[i=j])/\tau}}
+              + \sum_j e^{\cos(h_i, h_j^-)/\tau + w\,[i=j]}}
 
     SimCSE adds the hard-negative weight ``w`` to the logit (after the temperature), as here.
 
@@ -80,17 +74,14 @@ def info_nce_loss(
             negatives for every anchor.
         temperature: tau.
         hard_negative_weight: ``w`` above, added to each anchor's own hard-negative logit.
-        gather_across_processes: use the positives/hard negatives of every process as candidates (labels are
-            offset by rank). The loss stays the mean over local anchors.
+        rank, world_size: this process's place in the process group; with ``world_size > 1`` the positives and hard
+            negatives of every process are the candidates (labels offset by ``rank``). The loss stays the mean over
+            local anchors.
     Returns:
         scalar loss (float32, or float64 for float64 inputs).
     """
-    if gather_across_processes:
-        rank, _ = distributed_rank_and_world()
-        positives = gather_with_grad(positives)
-        hard_negatives = None if hard_negatives is None else gather_with_grad(hard_negatives)
-    else:
-        rank = 0
+    positives = gather_with_grad(positives, world_size)
+    hard_negatives = None if hard_negatives is None else gather_with_grad(hard_negatives, world_size)
     batch = anchors.shape[0]
     labels = torch.arange(batch, device=anchors.device) + rank * batch
     logits = cosine_logits(anchors, positives, temperature)
@@ -135,7 +126,8 @@ def multi_positive_info_nce_terms(
     anchors: torch.Tensor,
     positives: torch.Tensor,
     temperature: float = 0.05,
-    gather_across_processes: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> torch.Tensor:
     r"""Per-anchor, per-positive InfoNCE terms of WhitenedCSE (Zhuo et al., 2023, eq. 7-8).
 
@@ -147,15 +139,12 @@ def multi_positive_info_nce_terms(
     Args:
         anchors: ``(B, H)``.
         positives: ``(B, m, H)``; ``positives[i, p]`` is the ``p``-th positive of ``anchors[i]``.
+        rank, world_size: as for :func:`info_nce_loss`.
     Returns:
         ``(B, m)`` float32 losses ``ℓ_{i,p}``; combine them with :func:`multi_positive_l1_loss` or
         :func:`multi_positive_l2_loss`.
     """
-    if gather_across_processes:
-        rank, _ = distributed_rank_and_world()
-        positives = gather_with_grad(positives)
-    else:
-        rank = 0
+    positives = gather_with_grad(positives, world_size)
     batch, num_positives = anchors.shape[0], positives.shape[1]
     anchors = F.normalize(anchors.float(), dim=-1)
     candidates = F.normalize(positives.float(), dim=-1).transpose(0, 1)  # (m, N, H)

@@ -42,9 +42,10 @@ ROWS = [
     Row("csekit train simcse --model_name_or_path truncated", "truncated `model.safetensors`", E + TRUNCATED),
     Row("csekit train simcse --model_name_or_path corrupt", "corrupt `model.safetensors` header", E + CORRUPT),
     Row("csekit train simcse --max_seq_length 0", "length ≤ 0",
-        "csekit train simcse: error: --max_seq_length must be >= 1, got 0 (see csekit train simcse --help)"),
+        "csekit train simcse: error: argument --max_seq_length: must be an integer >= 1, got '0' "
+        "(see csekit train simcse --help)"),
     Row("csekit train simcse --per_device_train_batch_size 0", "batch size ≤ 0", "csekit train simcse: error: "
-        "--per_device_train_batch_size must be >= 1, got 0 (see csekit train simcse --help)"),
+        "argument --per_device_train_batch_size: must be an integer >= 1, got '0' (see csekit train simcse --help)"),
     Row("csekit train simcse --train_file bad-utf8.txt", "non-UTF-8 data file",
         E + "bad-utf8.txt:2: not valid UTF-8 (invalid start byte at byte 0)"),
     Row("csekit train simcse --train_file empty.txt", "empty data file",
@@ -61,9 +62,11 @@ ROWS = [
         E + NO_CONFIG),
     Row("csekit train clsr --model_name_or_path truncated", "truncated `model.safetensors`", E + TRUNCATED),
     Row("csekit train clsr --per_device_train_batch_size 0", "batch size ≤ 0",
-        "csekit train clsr: error: --per_device_train_batch_size must be >= 1, got 0 (see csekit train clsr --help)"),
+        "csekit train clsr: error: argument --per_device_train_batch_size: must be an integer >= 1, got '0' "
+        "(see csekit train clsr --help)"),
     Row("csekit train clsr --encode_batch_size 0", "batch size ≤ 0",
-        "csekit train clsr: error: --encode_batch_size must be >= 1, got 0 (see csekit train clsr --help)"),
+        "csekit train clsr: error: argument --encode_batch_size: must be an integer >= 1, got '0' "
+        "(see csekit train clsr --help)"),
     Row("csekit train clsr --train_file bad-utf8.csv", "non-UTF-8 data file",
         E + "bad-utf8.csv:2: not valid UTF-8 (invalid start byte at byte 0)"),
     Row("csekit train clsr --train_file empty.csv", "empty data file",
@@ -78,8 +81,10 @@ ROWS = [
     Row("csekit evaluate weights-only", "model folder with weights, no `config.json`", E + NO_CONFIG),
     Row("csekit evaluate truncated", "truncated `model.safetensors`", E + TRUNCATED),
     Row("csekit evaluate corrupt", "corrupt `model.safetensors` header", E + CORRUPT),
-    Row("csekit evaluate tiny --max-length 0", "length ≤ 0", E + "--max-length must be >= 1, got 0"),
-    Row("csekit evaluate tiny --batch-size 0", "batch size ≤ 0", E + "--batch-size must be >= 1, got 0"),
+    Row("csekit evaluate tiny --max-length 0", "length ≤ 0", "csekit evaluate: error: argument --max-length: must be "
+        "an integer >= 1, got '0' (see csekit evaluate --help)"),
+    Row("csekit evaluate tiny --batch-size 0", "batch size ≤ 0", "csekit evaluate: error: argument --batch-size: must "
+        "be an integer >= 1, got '0' (see csekit evaluate --help)"),
     Row("csekit evaluate tiny --pooler mean", "unknown pooler",
         E + "unknown pooler 'mean'; choose one of cls, cls_before_pooler, avg, avg_first_last, avg_top2, layers"),
     Row("csekit evaluate tiny --tasks sts,bogus", "unknown suite",

@@ -1,4 +1,4 @@
-"""Speed work (issue 15): benchmarks/gpu_throughput.py stays runnable on the CPU at tiny sizes and its JSON holds
+"""Speed: benchmarks/gpu_throughput.py stays runnable on the CPU at tiny sizes and its JSON holds
 what RESULTS.md reads; the speed-ups in the training path leave their outputs unchanged."""
 
 import json
@@ -10,7 +10,7 @@ from conftest import REPO_ROOT
 from csekit.data import read_sentences
 from csekit.trainers.collators import ContrastiveCollator
 
-WIKI1M_STEPS = 15_625  # issue 15: 1,000,000 sentences / 64
+WIKI1M_STEPS = 15_625  # one wiki1m epoch: 1,000,000 sentences / 64
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from csekit.trainers.cmlm_cse import (
     WordRepetition,
     contrastive_augmentation,
 )
-from csekit.trainers.trainer import SimCSETrainer
+from csekit.trainers.simcse import SimCSETrainer
 from tests.conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
 
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} in the garden today ." for i, (animal, verb) in
@@ -65,7 +65,7 @@ def trainer_for(model, tokenizer, tmp_path, trainer_class=CMLMCSETrainer, **args
 
 # ------------------------------------------------------------------------------------------------ the collator
 def test_masking_statistics_at_the_configs_mask_rate(tokenizer):
-    """Issue 13 point 9: the rate is the config's; selected share, 80/10/10, specials/padding never, view 0 intact."""
+    """The rate is the config's; selected share, 80/10/10, specials/padding never, view 0 intact."""
     sentences = [f"{s} {' and more' * (i % 5)}" for i, s in enumerate(SENTENCES * 100)]  # 1600, padded batch
     batch = batch_for(tokenizer, sentences, config=tiny_config(mask_rate=0.4))  # not the 0.15 default
     tokens = tokenizer(sentences, padding=True, truncation=True, max_length=24, return_tensors="pt")
@@ -153,7 +153,7 @@ def test_sentence_embedding_conditions_the_prediction(tokenizer):
 
 
 def test_mlm_loss_reaches_the_encoder_only_through_h(tokenizer):
-    """Issue 13 point 7: the vocabulary projection is the frozen extractor's, so with h detached L_MLM gives every
+    """The vocabulary projection is the frozen extractor's, so with h detached L_MLM gives every
     encoder parameter (word embeddings included) exactly zero gradient; through h it reaches the encoder layers."""
     model = tiny_model(tokenizer, pooler_type="cls").train()  # MLP head in training: h = MLP([CLS])
     batch = batch_for(tokenizer)
@@ -256,7 +256,7 @@ def masked_lm_folder(path, mlm):
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_pretrained_mlm_head_is_the_checkpoints(family, tokenizer, tmp_path, caplog):
-    """Issue 13 point 6: the auxiliary head is the checkpoint's MLM head (BERT's cls.predictions, RoBERTa's lm_head,
+    """The auxiliary head is the checkpoint's MLM head (BERT's cls.predictions, RoBERTa's lm_head,
     each with its own activation); its logits on any states equal the transformers head's."""
     if family == "bert":
         mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=2, hidden_act="relu", initializer_range=0.5))
@@ -284,7 +284,7 @@ def test_backbone_without_mlm_head_starts_fresh_and_says_so(tokenizer, tmp_path,
 
 
 def test_next_layers_auxiliary_loss_equals_bert_for_masked_lm(tokenizer, tmp_path):
-    """Issue 13 point 8: with K + F = all layers, the contiguous fusioner, the pretrained head and h := the encoder's
+    """With K + F = all layers, the contiguous fusioner, the pretrained head and h := the encoder's
     own [CLS] state after block K, the conditional-MLM loss is BertForMaskedLM's loss on the same masked input."""
     mlm = BertForMaskedLM(tiny_bert_config(num_hidden_layers=4, initializer_range=0.5)).eval()
     path = masked_lm_folder(tmp_path, mlm)

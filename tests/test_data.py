@@ -120,3 +120,19 @@ def test_recipe_reports_bad_input_in_one_line_and_writes_nothing(tmp_path, setup
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("error: ") and message in last_line, result.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag", ["--data-dir", "--data_dir"])
+@pytest.mark.parametrize("command", [["evaluate", "m"], ["extract"], ["card", "m"], ["download", "wiki1m"]])
+def test_every_command_takes_both_spellings_of_the_data_folder_flag(command, flag):
+    from csekit.cli import build_parser
+
+    assert build_parser().parse_args([*command, flag, "some/folder"]).data_dir == "some/folder"
+
+
+@pytest.mark.parametrize("flag", ["--data-dir", "--data_dir"])
+def test_recipes_take_both_spellings_of_the_data_folder_flag(flag, tmp_path):
+    from csekit.recipes.simcse import RECIPE
+
+    _, data_args, _, _ = RECIPE.parse([flag, "some/folder", "--output_dir", str(tmp_path)])
+    assert data_args.data_dir == "some/folder"

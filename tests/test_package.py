@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -22,8 +23,11 @@ RECIPES = ("simcse", "whitenedcse", "cmlm_cse", "clsr")
 
 
 def fresh_python(code: str, cwd=None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd or REPO_ROOT.parent, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    """``code`` in a new interpreter, by default in an empty temporary folder: not the checkout's parent, where a
+    clone named ``csekit`` (what ``git clone`` makes) would be imported as a namespace package."""
+    with tempfile.TemporaryDirectory() as neutral:
+        return subprocess.run([sys.executable, "-c", code], cwd=cwd or neutral, capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
 def csekit_modules() -> dict:
@@ -207,7 +211,7 @@ def flags(help_text: str) -> set:
     return set(re.findall(r"--(\w+)", help_text))
 
 
-def test_recipes_run_from_the_checkout_the_package_and_the_cli():
+def test_recipes_run_from_the_checkout_the_package_and_the_cli(tmp_path):
     outputs = {}
     for method in ("simcse", "clsr"):
         runs = {
@@ -216,7 +220,7 @@ def test_recipes_run_from_the_checkout_the_package_and_the_cli():
             "cli": [sys.executable, "-m", "csekit", "train", method, "--help"],
         }
         for way, command in runs.items():
-            result = subprocess.run(command, cwd=REPO_ROOT.parent, capture_output=True, text=True, timeout=300)
+            result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
             assert result.returncode == 0, (method, way, result.stderr[-2000:])
             outputs[method, way] = flags(result.stdout)
         assert outputs[method, "checkout"] == outputs[method, "module"] == outputs[method, "cli"]

@@ -23,7 +23,7 @@ from csekit.publishing.model_card import FAMILY_TEMPLATES, MODEL_CARDS_DIR, rend
 from csekit.publishing.st_export import export_sentence_transformers
 from csekit.recipes.simcse import RECIPE
 from csekit.trainers.recipe import run_recipe
-from csekit.trainers.trainer import SimCSETrainer
+from csekit.trainers.simcse import SimCSETrainer
 
 SENTENCES = ["A cat sits on the mat.", "Markets rallied after the announcement of lower rates.", "hi", "Why?"]
 # tiny-config adjustments some methods need (their defaults assume a 12-layer, 768-wide backbone)

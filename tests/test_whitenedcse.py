@@ -233,7 +233,8 @@ def test_training_forward_returns_anchor_and_positives(source, views):
 def test_trainer_loss_and_logged_components():
     model = tiny_model(num_positives=2, loss_type="L2").train()
     trainer = WhitenedCSETrainer.__new__(WhitenedCSETrainer)  # compute_losses only needs the accelerator
-    trainer.accelerator = type("Accel", (), {"num_processes": 1, "unwrap_model": staticmethod(lambda m: m)})()
+    trainer.accelerator = type("Accel", (), {"num_processes": 1, "process_index": 0,
+                                             "unwrap_model": staticmethod(lambda m: m)})()
     outputs = model(input_ids=torch.randint(1000, 2000, (6, 2, 10)))
     losses = trainer.compute_losses(model, outputs, {})
     assert set(losses) == {"loss", "contrastive", "positive_1", "positive_2"}
@@ -377,7 +378,8 @@ def test_positive_weights_flag_parses_and_weights_each_positive():
     assert model_args.positive_weights == [1.0, 0.8]
     model = tiny_model(positive_weights=model_args.positive_weights).train()
     trainer = WhitenedCSETrainer.__new__(WhitenedCSETrainer)  # compute_losses only needs the accelerator
-    trainer.accelerator = type("Accel", (), {"num_processes": 1, "unwrap_model": staticmethod(lambda m: m)})()
+    trainer.accelerator = type("Accel", (), {"num_processes": 1, "process_index": 0,
+                                             "unwrap_model": staticmethod(lambda m: m)})()
     outputs = model(input_ids=torch.randint(1000, 2000, (6, 2, 10)))
     losses = trainer.compute_losses(model, outputs, {})
     # the Jan-2023 authors' code: loss1 + 0.8 * loss2

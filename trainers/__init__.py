@@ -9,7 +9,8 @@ from .cmlm_cse import CMLMCSECollator, CMLMCSETrainer
 from .collators import ContrastiveCollator
 from .data import load_training_dataset
 from .embedding_cache import EmbeddingCache
-from .trainer import ContrastiveTrainer, SimCSETrainer
+from .simcse import SimCSETrainer
+from .trainer import ContrastiveTrainer
 from .whitenedcse import WhitenedCSETrainer
 
 __all__ = [

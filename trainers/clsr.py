@@ -37,7 +37,7 @@ from transformers import get_cosine_schedule_with_warmup
 
 from ..data import resolve_data_dir, resolve_data_file
 from ..errors import DataError
-from ..evaluation.sts import STS_TASKS, STSEvaluator, load_sts_task
+from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, load_sts_task
 from ..modeling.losses import nt_xent_loss
 from .data import read_pairs
 from .lars import LARS, lars_param_groups
@@ -47,7 +47,6 @@ logger = logging.getLogger(__name__)
 CLSR_DATA_SOURCES = ("nli", "stsb")
 NLI_PAIRS_FILE = "nli/snli_devtest_pairs.tsv"
 STSB_MIN_SCORE = 4.0  # kept: score >= 4 (the paper's "totally 1,406 pairs"; > 4 gives 1,052)
-DEV_TASKS = ("STSBenchmark",)  # the dev split scored for model selection
 
 
 def normalize_sentence(sentence: str) -> str:
@@ -240,7 +239,10 @@ class CLSRTrainingArguments:
     output_dir: str = field(default="outputs/clsr", metadata={"help": "Where the model and results go."})
     num_train_epochs: int = field(default=2000, metadata={"help": "Epochs over the positive pairs."})
     per_device_train_batch_size: int = field(
-        default=512, metadata={"help": "Positive pairs per batch (2x sentences); a partial last batch is dropped."}
+        default=512, metadata={"help": "Positive pairs per batch (2x sentences), the batch of the whole run: with "
+                               "several processes each pools a share of the caches, then every one trains the same "
+                               "head on the same full batch (not a share per process). A partial last batch is "
+                               "dropped."}
     )
     learning_rate: float = field(default=0.5, metadata={"help": "Peak learning rate (the paper's 0.5)."})
     weight_decay: float = field(default=1e-4, metadata={"help": "LARS weight decay, not on biases (the paper's "

@@ -31,7 +31,7 @@ from ..errors import DataError
 from ..modeling import CMLMCSEConfig
 from ..modeling.modeling_cmlm_cse import IGNORE_INDEX
 from .collators import ContrastiveCollator
-from .trainer import SimCSETrainer
+from .simcse import SimCSETrainer
 
 CONTRASTIVE_AUGMENTATIONS = ("none", "word_repetition", "drop_one_word")
 
@@ -120,7 +120,7 @@ class CMLMCSETrainer(SimCSETrainer):
         if outputs.mlm_loss is None:
             raise DataError("CMLM-CSE batches need mlm_input_ids/mlm_labels: use CMLMCSECollator")
         mlm = outputs.mlm_loss
-        if self.gather_across_processes:
+        if self.accelerator.num_processes > 1:
             # the model's loss is the mean over this process's masked tokens; rescale it so that DDP's gradient average
             # is the mean over the masked tokens of all processes, as one process with the whole batch computes
             masked = (inputs["mlm_labels"] != IGNORE_INDEX).sum()

@@ -5,8 +5,8 @@ A cache entry is one safetensors file ``<cache_dir>/<key>.safetensors`` holding 
 layers and max length) and the *data fingerprint* (the exact sentence list, in order). The file's metadata repeats
 both fingerprints, the shape and a sha256 of the tensor bytes, and every load re-checks all of them: an unreadable
 (e.g. truncated) file, a file whose fingerprints do not match (copied, renamed, format change) or whose bytes do
-not match the checksum is rebuilt, never used. Writes go to a temporary file first and are renamed into place, so
-an interrupted run leaves no half-written entry.
+not match the checksum is rebuilt, never used (:mod:`csekit.tensor_cache`, the file format shared with the
+extraction's cache; writes are atomic).
 
 Example::
 
@@ -19,20 +19,18 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 
-from ..fingerprint import data_fingerprint, module_fingerprint, tensor_digest, tokenizer_fingerprint
+from ..fingerprint import data_fingerprint, module_fingerprint, tokenizer_fingerprint
+from ..tensor_cache import entry_path, load_entry, save_entry
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = "csekit-embedding-cache-v1"
+CACHE_FORMAT = "csekit-embedding-cache-v2"
 DEFAULT_CACHE_DIR = Path(os.environ.get("CSEKIT_CACHE_DIR", Path.home() / ".cache" / "csekit" / "embeddings"))
 
 
@@ -66,8 +64,7 @@ class EmbeddingCache:
         self.cache_dir = Path(cache_dir or DEFAULT_CACHE_DIR).expanduser()
 
     def path_for(self, model_key: str, data_key: str) -> Path:
-        key = hashlib.sha256(f"{CACHE_FORMAT}|{model_key}|{data_key}".encode()).hexdigest()[:40]
-        return self.cache_dir / f"{key}.safetensors"
+        return entry_path(self.cache_dir, f"{CACHE_FORMAT}|{model_key}|{data_key}")
 
     def get(
         self,
@@ -120,33 +117,17 @@ class EmbeddingCache:
     @staticmethod
     def _load(path: Path, expected: dict):
         """``(vectors, None)`` for a valid entry, else ``(None, reason)``."""
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                metadata = handle.metadata() or {}
-                vectors = handle.get_tensor("vectors")
-        except Exception as error:  # truncated or garbled files raise various safetensors/OS errors
-            return None, f"unreadable: {type(error).__name__}"
-        for field, value in expected.items():
-            if metadata.get(field) != value:
-                return None, f"{field} differs"
-        rows, dim = int(expected["rows"]), metadata.get("dim")
-        if vectors.dim() != 2 or vectors.shape[0] != rows or str(vectors.shape[1]) != dim:
-            return None, f"shape {tuple(vectors.shape)} does not match the metadata"
-        if tensor_digest(vectors) != metadata.get("sha256"):
-            return None, "checksum mismatch"
+        tensors, metadata, reason = load_entry(path, expected)
+        if reason is not None:
+            return None, reason
+        vectors, rows = tensors.get("vectors"), int(expected["rows"])
+        if (vectors is None or len(tensors) != 1 or vectors.dim() != 2 or vectors.shape[0] != rows
+                or str(vectors.shape[1]) != metadata.get("dim")):
+            return None, "tensors do not match the metadata"
         return vectors, None
 
     def _store(self, path: Path, vectors: torch.Tensor, expected: dict) -> None:
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        metadata = {**expected, "dim": str(vectors.shape[1]), "sha256": tensor_digest(vectors)}
-        handle, temporary = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
-        os.close(handle)
-        try:
-            save_file({"vectors": vectors}, temporary, metadata=metadata)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.remove(temporary)
+        save_entry(path, {"vectors": vectors}, {**expected, "dim": str(vectors.shape[1])})
 
 
 __all__ = ["CachedEmbeddings", "EmbeddingCache", "data_fingerprint", "model_fingerprint"]

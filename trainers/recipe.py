@@ -36,8 +36,9 @@ from transformers import AutoTokenizer, HfArgumentParser, PreTrainedConfig, Trai
 from ..atomic import STAGING, commit_files, write_json, write_text
 from ..data import DATA_DIR_HELP, resolve_data_dir
 from ..errors import DataError, OneLineUsageErrors
-from ..evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
+from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, format_sts_table
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
+from ..options import positive_int
 from .collators import ContrastiveCollator
 from .data import load_training_dataset
 
@@ -214,8 +215,11 @@ def parse_recipe_args(
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
     for group in outputs[: len(dataclass_types)]:
         for name in POSITIVE_FLAGS:
-            if getattr(group, name, None) is not None and getattr(group, name) < 1:
-                parser.error(f"--{name} must be >= 1, got {getattr(group, name)}")
+            if getattr(group, name, None) is not None:
+                try:
+                    positive_int(getattr(group, name))
+                except argparse.ArgumentTypeError as error:
+                    parser.error(f"argument --{name}: {error}")
     return tuple(outputs[: len(dataclass_types)])
 
 
@@ -335,7 +339,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                                           data_args.max_train_samples)
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
-    dev_tasks = ("STSBenchmark", "SICKRelatedness") if data_args.eval_sickr else ("STSBenchmark",)
+    dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
     trainer = recipe.trainer_class(
         model=model,
         args=training_args,

@@ -9,7 +9,6 @@ from transformers import Trainer
 
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
-from ..modeling.losses import info_nce_loss
 
 
 class ContrastiveTrainer(Trainer):
@@ -50,10 +49,6 @@ class ContrastiveTrainer(Trainer):
         self.eval_batch_size = eval_batch_size
         self._component_sums = defaultdict(float)
         self._component_count = 0
-
-    @property
-    def gather_across_processes(self) -> bool:
-        return self.accelerator.num_processes > 1
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         raise NotImplementedError
@@ -118,20 +113,3 @@ class ContrastiveTrainer(Trainer):
         commit, _ = publish(self.args.output_dir, self.args.hub_model_id, private=bool(private),
                             commit_message=commit_message, api=api)
         return commit
-
-
-class SimCSETrainer(ContrastiveTrainer):
-    """SimCSE: InfoNCE between view 0 and view 1, with view 2 as hard negatives when present."""
-
-    def compute_losses(self, model, outputs, inputs) -> dict:
-        config = self.accelerator.unwrap_model(model).config
-        embeddings = outputs.embeddings  # (batch, views, hidden)
-        contrastive = info_nce_loss(
-            embeddings[:, 0],
-            embeddings[:, 1],
-            hard_negatives=embeddings[:, 2] if embeddings.shape[1] > 2 else None,
-            temperature=config.temperature,
-            hard_negative_weight=config.hard_negative_weight,
-            gather_across_processes=self.gather_across_processes,
-        )
-        return {"loss": contrastive, "contrastive": contrastive}

@@ -51,7 +51,8 @@ class WhitenedCSETrainer(ContrastiveTrainer):
             embeddings[:, 0],
             embeddings[:, 1:],
             temperature=config.temperature,
-            gather_across_processes=self.gather_across_processes,
+            rank=self.accelerator.process_index,
+            world_size=self.accelerator.num_processes,
         )
         total = MULTI_POSITIVE_LOSSES[config.loss_type](terms, config.positive_weights)
         losses = {"loss": total, "contrastive": total}

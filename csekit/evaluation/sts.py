@@ -19,6 +19,10 @@ from scipy.stats import spearmanr
 from ..errors import DataError
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+DEV_TASKS = ("STSBenchmark",)  # the dev split scored for model selection (recipes may add SICK-R trial)
+# how tables and cards name the columns; SentEval's task names stay the keys everywhere else
+STS_SHORT_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
+STS_COLUMNS = tuple((task, STS_SHORT_NAMES.get(task, task)) for task in (*STS_TASKS, "avg"))
 
 STS_YEAR_DATASETS = {
     "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
@@ -162,9 +166,8 @@ class STSEvaluator:
 def format_sts_table(results: dict, title: Optional[str] = None) -> str:
     """A markdown table of one or more result rows: ``{row_name: {task: score}}``."""
     columns = [key for key in list(STS_TASKS) + ["avg"] if any(key in row for row in results.values())]
-    short = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
     lines = [] if title is None else [title, ""]
-    lines.append("| model | " + " | ".join(short.get(c, c) for c in columns) + " |")
+    lines.append("| model | " + " | ".join(STS_SHORT_NAMES.get(c, c) for c in columns) + " |")
     lines.append("|---|" + "---:|" * len(columns))
     for name, row in results.items():
         lines.append(f"| {name} | " + " | ".join(f"{row[c]:.2f}" if c in row else "" for c in columns) + " |")

@@ -8,16 +8,13 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .clustering import ClusteringEvaluator
-from .geometry import GeometryEvaluator
-from .transfer import TransferEvaluator
-
 SUITE_TITLES = {
     "sts": "STS (Spearman x100, SentEval 'all')",
     "transfer": "Transfer (logistic regression accuracy x100; SICK-R / STS-B: Pearson x100)",
     "clustering": "Clustering (k-means accuracy x100, Hungarian, mean of runs)",
     "geometry": "Geometry (alignment/uniformity on STS-B train: lower is better; IsoScore on WikiText-2: 0..1)",
 }
+SUITES = tuple(SUITE_TITLES)  # what --tasks takes, in csekit evaluate and csekit extract
 
 
 def evaluate_suites(
@@ -34,6 +31,11 @@ def evaluate_suites(
 
     ``transfer_protocol``: ``senteval`` or ``fast`` (see :mod:`csekit.evaluation.transfer`); ``transfer_jobs``:
     folds fitted in parallel in its C search."""
+    # each suite's module (and the scikit-learn parts it needs) loads when the suite runs, not with the suite names
+    from .clustering import ClusteringEvaluator
+    from .geometry import GeometryEvaluator
+    from .transfer import TransferEvaluator
+
     record = {}
     if "transfer" in suites:
         evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train, protocol=transfer_protocol,

@@ -6,30 +6,24 @@
         --tasks sts,clustering --output outputs/extract/grid.json
 """
 
-import argparse
 import time
 
 from ..atomic import output_file, write_json, write_text
-from ..data import DATA_DIR_HELP, read_reference_corpus, resolve_data_dir, resolve_data_file
+from ..data import read_reference_corpus, resolve_data_dir, resolve_data_file
 from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
-from ..evaluation.suites import SUITE_TITLES, format_table
+from ..evaluation.suites import SUITE_TITLES, SUITES, format_table
 from ..evaluation.transfer import PROTOCOLS as TRANSFER_PROTOCOLS
 from ..loading import resolve_device
+from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
 from .extractor import AGGREGATIONS, LAYER_PRESETS, Extractor, HiddenStateCache, load_reference
-from .grid import STS_FIT_SETS, SUITES, evaluation_units, run_grid
+from .grid import STS_FIT_SETS, evaluation_units, run_grid
 from .postprocessing import STEP_NAMES
 from .prompts import TEMPLATES
 
 
 def _list(value: str) -> list:
     return [item.strip() for item in value.split(",") if item.strip()]
-
-
-def _positive(value: str) -> int:
-    if not value.lstrip("-").isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def add_extract_parser(subparsers) -> None:
@@ -104,28 +98,12 @@ def add_extract_parser(subparsers) -> None:
         "tokenizer, texts, template, layers and (avg:) averaging corpus; an invalid file is rebuilt.",
     )
     parser.add_argument("--no-cache", action="store_true", help="Re-encode for every cell (for timing the cache).")
-    parser.add_argument("--batch-size", type=_positive, default=64, help="Texts per forward pass.")
-    parser.add_argument("--max-length", type=_positive, default=None, help="Truncation length (default: model max).")
-    parser.add_argument(
-        "--device", default="auto", help="Where transformers run: auto (a CUDA GPU when there is one, else cpu), "
-        "cpu, cuda or cuda:N. Token states are cached on the CPU.",
-    )
+    add_encoding(parser, batch_size=64)
+    add_device(parser, "Transformers run (token states are cached on the CPU)")
     parser.add_argument("--seed", type=int, default=42, help="Seed of the random models (re, random-bert).")
-    parser.add_argument(
-        "--transfer-max-train", type=_positive, default=None,
-        help="Cap training examples per transfer task (seeded stratified subsample; whole task for CV tasks).",
-    )
-    parser.add_argument(
-        "--transfer-protocol", choices=TRANSFER_PROTOCOLS, default="senteval",
-        help="Transfer classifiers: senteval (SentEval's scikit-learn protocol) or fast (StandardScaler + C=1).",
-    )
-    parser.add_argument(
-        "--clustering-max-examples", type=_positive, default=None,
-        help="Cap texts per clustering dataset (seeded random subsample).",
-    )
-    parser.add_argument("--clustering-runs", type=_positive, default=10, help="k-means runs averaged per dataset.")
-    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
-    parser.add_argument("--output", default=None, help="Write all rows as JSON here (and markdown next to it as .md).")
+    add_suite_options(parser, TRANSFER_PROTOCOLS)
+    add_data_dir(parser)
+    add_output(parser, "all rows (and markdown next to it as .md)")
     parser.set_defaults(handler=run_extract)
 
 
@@ -152,6 +130,7 @@ def run_extract(args) -> int:
     units = evaluation_units(
         suites, data_dir, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
         _list(args.sts_tasks) if args.sts_tasks else None, args.transfer_protocol, sts_fit_set=args.sts_fit_set,
+        transfer_jobs=args.transfer_jobs,
     )
     avg_corpus = None
     if args.avg_corpus:

@@ -21,7 +21,6 @@ With a cache folder the states also go to disk, keyed by content fingerprints (w
 corpus), stored as safetensors and verified on every load (:class:`HiddenStateCache`).
 """
 
-import hashlib
 import json
 import logging
 import os
@@ -33,20 +32,18 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
-from safetensors import safe_open
-from safetensors.torch import save as safetensors_bytes
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from ..atomic import write_bytes
 from ..data import read_reference_corpus, resolve_data_file
 from ..download import CORPORA, WIKI1M_QUICKSTART_SENTENCES
 from ..errors import DataError
-from ..fingerprint import combine, data_fingerprint, module_fingerprint, tensor_digest, tokenizer_fingerprint
+from ..fingerprint import combine, data_fingerprint, module_fingerprint, tokenizer_fingerprint
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import deduplicate
 from ..modeling.modeling_encoder import build_encoder
 from ..modeling.pooling import STATIC_EMBEDDINGS_LAYER, masked_mean, mean_layer_states
+from ..tensor_cache import entry_path, load_entry, save_entry
 from .idf import (
     bias_token_table,
     framing_token_ids,
@@ -196,36 +193,24 @@ class EncodedTexts:
     batches: list = field(default_factory=list)
 
 
-def _checksum(tensors: dict) -> str:
-    return combine(*(f"{name}:{tensor_digest(tensor)}" for name, tensor in sorted(tensors.items())))
-
-
 BATCH_FIELDS = ("rows", "input_ids", "attention_mask", "states")
 
 
 def save_encoded(path: Path, encoded: EncodedTexts, key: str) -> None:
-    """One safetensors file (tensors ``<batch>.<field>``, metadata: format, key, counts, sha256 of every tensor),
-    written atomically (:mod:`csekit.atomic`), so a crash never leaves a half-written entry."""
-    tensors = {
-        f"{index}.{name}": tensor.contiguous()
-        for index, batch in enumerate(encoded.batches) for name, tensor in zip(BATCH_FIELDS, batch)
-    }
-    metadata = {"format": CACHE_FORMAT, "key": key, "count": str(encoded.count), "batches": str(len(encoded.batches)),
-                "sha256": _checksum(tensors)}
-    write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
+    """One checked safetensors entry (:mod:`csekit.tensor_cache`): tensors ``<batch>.<field>``, metadata format, key
+    and counts."""
+    tensors = {f"{index}.{name}": tensor
+               for index, batch in enumerate(encoded.batches) for name, tensor in zip(BATCH_FIELDS, batch)}
+    save_entry(path, tensors, {"format": CACHE_FORMAT, "key": key, "count": str(encoded.count),
+                               "batches": str(len(encoded.batches))})
 
 
 def load_encoded(path: Path, key: str):
-    """``(EncodedTexts, None)`` for a valid entry of ``key``, else ``(None, reason)``. Only safetensors is read (never
-    a pickle); the metadata, every shape and the checksum are verified."""
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
-    except Exception as error:  # truncated, garbled or non-safetensors files raise various errors
-        return None, f"unreadable ({type(error).__name__})"
-    if metadata.get("format") != CACHE_FORMAT or metadata.get("key") != key:
-        return None, "format or key differs"
+    """``(EncodedTexts, None)`` for a valid entry of ``key``, else ``(None, reason)``: the entry's metadata and
+    checksum (:func:`csekit.tensor_cache.load_entry`), then every shape and the rows covering the texts."""
+    tensors, metadata, reason = load_entry(path, {"format": CACHE_FORMAT, "key": key})
+    if reason is not None:
+        return None, reason
     try:
         count, batches = int(metadata["count"]), int(metadata["batches"])
         encoded = EncodedTexts(count, [tuple(tensors[f"{i}.{name}"] for name in BATCH_FIELDS) for i in range(batches)])
@@ -240,8 +225,6 @@ def load_encoded(path: Path, key: str):
     rows = torch.cat([batch[0] for batch in encoded.batches]) if batches else torch.zeros(0, dtype=torch.long)
     if not torch.equal(rows.sort().values, torch.arange(count)):
         return None, "rows do not cover the texts"
-    if _checksum(tensors) != metadata.get("sha256"):
-        return None, "checksum mismatch"
     return encoded, None
 
 
@@ -264,10 +247,7 @@ class HiddenStateCache:
         self.rebuilt = []
 
     def path_for(self, key: dict) -> Optional[Path]:
-        if self.directory is None:
-            return None
-        name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
-        return self.directory / f"{name}.safetensors"
+        return None if self.directory is None else entry_path(self.directory, json.dumps(key, sort_keys=True))
 
     def get(self, key: dict, compute: Callable[[], EncodedTexts]) -> EncodedTexts:
         if not self.enabled:

@@ -14,12 +14,12 @@ from ..errors import DataError
 from ..evaluation.clustering import ClusteringEvaluator
 from ..evaluation.geometry import GeometryEvaluator
 from ..evaluation.sts import SPLIT_FILES, STS_TASKS, STSEvaluator, load_sts_task
+from ..evaluation.suites import SUITES
 from ..evaluation.transfer import TransferEvaluator
 from .extractor import ExtractionSetting, Extractor, load_source, resolve_layers
 from .postprocessing import parse_postprocessing
 from .prompts import resolve_template
 
-SUITES = ("sts", "transfer", "clustering", "geometry")
 STS_FIT_SETS = ("test", "all-splits")
 
 
@@ -44,7 +44,7 @@ def sts_fit_sentences(data_dir, task: str, fit_set: str) -> Optional[list]:
 
 def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, clustering_max_examples=None,
                      clustering_runs: int = 10, sts_tasks: Optional[Sequence[str]] = None,
-                     transfer_protocol: str = "senteval", sts_fit_set: str = "test") -> list:
+                     transfer_protocol: str = "senteval", sts_fit_set: str = "test", transfer_jobs: int = 1) -> list:
     """``(suite, name, score(embed))`` per dataset: each unit embeds one dataset, so target-fitted post-processing and
     idf^T see exactly that dataset's texts (one STS task, one transfer task, one clustering dataset); for STS the
     fit set is chosen by ``sts_fit_set`` (:func:`sts_fit_sentences`)."""
@@ -66,7 +66,8 @@ def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, c
 
                 units.append((suite, task, score))
         elif suite == "transfer":
-            evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train, protocol=transfer_protocol)
+            evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train, protocol=transfer_protocol,
+                                          n_jobs=transfer_jobs)
             units += [(suite, n, lambda embed, e=evaluator, n=n: e.evaluate_task(n, embed)) for n in evaluator.tasks]
         elif suite == "clustering":
             evaluator = ClusteringEvaluator(data_dir, max_examples=clustering_max_examples, runs=clustering_runs)
@@ -125,4 +126,4 @@ def run_grid(
     return rows
 
 
-__all__ = ["STS_FIT_SETS", "SUITES", "evaluation_units", "run_grid", "sts_fit_sentences"]
+__all__ = ["STS_FIT_SETS", "evaluation_units", "run_grid", "sts_fit_sentences"]

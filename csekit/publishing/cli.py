@@ -6,8 +6,8 @@
     csekit export-st MODEL OUT_DIR [--layout auto|plain|remote-code] [--overwrite]
 """
 
-from ..data import DATA_DIR_HELP
 from ..errors import DataError
+from ..options import add_data_dir
 
 
 def add_card_parser(subparsers) -> None:
@@ -29,7 +29,7 @@ def add_card_parser(subparsers) -> None:
         help="Draw alignment_uniformity.png (and record its numbers in eval_results.json): when missing, always "
         "(re-evaluate), or never.",
     )
-    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    add_data_dir(parser)
     parser.set_defaults(handler=run_card)
 
 

@@ -21,7 +21,7 @@ from transformers import AutoConfig
 from ..atomic import output_file, write_json, write_text
 from ..errors import DataError
 from ..evaluation.encoders import load_embedder
-from ..evaluation.sts import STS_TASKS
+from ..evaluation.sts import STS_COLUMNS, STS_TASKS
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
 from .figure import FIGURE_FILE, alignment_uniformity_figure
@@ -34,10 +34,6 @@ FAMILY_TEMPLATES = {
     "csekit-clsr": "clsr.md",
 }
 GENERIC_TEMPLATE = "generic.md"
-STS_COLUMNS = (
-    ("STS12", "STS12"), ("STS13", "STS13"), ("STS14", "STS14"), ("STS15", "STS15"), ("STS16", "STS16"),
-    ("STSBenchmark", "STS-B"), ("SICKRelatedness", "SICK-R"), ("avg", "Avg."),
-)
 # Hub copies of the STS test sets (MTEB's), named in the card's model-index so the results are linkable
 STS_HUB_DATASETS = {
     "STS12": "mteb/sts12-sts", "STS13": "mteb/sts13-sts", "STS14": "mteb/sts14-sts", "STS15": "mteb/sts15-sts",
