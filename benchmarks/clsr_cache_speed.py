@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 from common import emit
 from csekit.loading import resolve_model_path
 from csekit.modeling import CLSRModel, nt_xent_loss
-from csekit.trainers.clsr import build_pair_corpus, held_out_sentences, load_positive_pairs
+from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.lars import LARS, lars_param_groups
 

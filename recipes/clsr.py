@@ -40,26 +40,17 @@ from typing import Optional
 
 import torch
 from accelerate import PartialState
-from accelerate.utils import gather, pad_across_processes
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
 from csekit.atomic import commit_files, write_json
 from csekit.data import resolve_data_dir
 from csekit.errors import DataError
-from csekit.evaluation.sts import STS_TASKS, STSEvaluator, format_sts_table
+from csekit.evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvaluator, format_sts_table
 from csekit.loading import RESULTS_FILE, resolve_model_path
 from csekit.modeling import CLSRConfig, CLSRModel
-from csekit.trainers.clsr import (
-    DEV_TASKS,
-    CachedSTSEvaluator,
-    CLSRTrainer,
-    CLSRTrainingArguments,
-    build_pair_corpus,
-    held_out_sentences,
-    load_positive_pairs,
-    require_full_batch,
-)
-from csekit.trainers.embedding_cache import EmbeddingCache, data_fingerprint, model_fingerprint
+from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
+from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
+from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.recipe import (
     DataArguments,
     config_kwargs,
@@ -125,45 +116,6 @@ def build_model(args, backbone: BackboneArguments, seed: int) -> CLSRModel:
     return model
 
 
-def mark_contaminated(table: str, row: str, contaminated: dict) -> str:
-    """Star ``row``'s cells of the test sets in ``contaminated`` (and its average) in a :func:`format_sts_table`
-    table, and add a footnote with the overlap counts."""
-    marked = [task for task in STS_TASKS if task in contaminated]
-    if not marked:
-        return table
-    columns = [*STS_TASKS, "avg"]
-    lines = table.split("\n")
-    for number, line in enumerate(lines):
-        cells = line[2:-2].split(" | ")
-        if cells[0] == row:
-            cells[1:] = [f"{cell}*" if column in marked or column == "avg" else cell
-                         for column, cell in zip(columns, cells[1:])]
-            lines[number] = "| " + " | ".join(cells) + " |"
-    counts = ", ".join(f"{name} {count}" for name, count in contaminated.items())
-    lines.append(f"\n* contaminated (--test_overlap keep): training pairs sharing a sentence with the set: {counts}")
-    return "\n".join(lines)
-
-
-def pooled_vectors(cache: EmbeddingCache, model: CLSRModel, sentences: list, batch_size: int):
-    """``cache.get(model, sentences)``; under several processes a missing entry is pooled by all of them, each a
-    contiguous share, and stored once by the main process (the cache folder is shared)."""
-    state = PartialState()
-    world = state.num_processes
-    if world > 1 and len(sentences) >= world:
-        if not cache.path_for(model_fingerprint(model), data_fingerprint(sentences)).exists():
-            bounds = [len(sentences) * rank // world for rank in range(world + 1)]
-            rank = state.process_index
-            share = model.encode_pooled(sentences[bounds[rank] : bounds[rank + 1]], batch_size=batch_size)
-            padded = gather(pad_across_processes(share.to(state.device), dim=0)).cpu()
-            rows = padded.reshape(world, -1, share.shape[1])
-            vectors = torch.cat([part[: end - start] for part, start, end in zip(rows, bounds, bounds[1:])])
-            if state.is_main_process:
-                cache.put(model, sentences, vectors)
-            state.wait_for_everyone()
-            return dataclasses.replace(cache.get(model, sentences), status=f"built by {world} processes")
-    return cache.get(model, sentences, batch_size=batch_size)
-
-
 def main(argv=None, prog=None):
     model_args, backbone_args, data_args, training_args = parse_recipe_args(
         (CLSRArguments, BackboneArguments, CLSRDataArguments, CLSRTrainingArguments), argv, description=__doc__,
@@ -189,9 +141,9 @@ def main(argv=None, prog=None):
         logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
-    train_entry = pooled_vectors(cache, model, corpus.sentences, data_args.encode_batch_size)
+    train_entry = cache.get(model, corpus.sentences, data_args.encode_batch_size, across_processes=True)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
-    dev_vectors = pooled_vectors(cache, model, dev.sentences(), data_args.encode_batch_size).vectors
+    dev_vectors = cache.get(model, dev.sentences(), data_args.encode_batch_size, across_processes=True).vectors
     dev_evaluator = CachedSTSEvaluator(dev, dev_vectors)
     pooling_seconds = time.perf_counter() - start
     logging.info("%d pairs over %d sentences (%d dropped: they share a sentence with a held-out set); train cache %s "
@@ -199,7 +151,8 @@ def main(argv=None, prog=None):
     trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator)
     summary = trainer.train()
     test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None
-    test_vectors = pooled_vectors(cache, model, test.sentences(), data_args.encode_batch_size).vectors if test else None
+    test_vectors = (cache.get(model, test.sentences(), data_args.encode_batch_size, across_processes=True).vectors
+                    if test else None)
     if not state.is_main_process:
         return
     output_dir = Path(training_args.output_dir)
@@ -219,8 +172,7 @@ def main(argv=None, prog=None):
         clsr_row = f"+ CLSR ({data_args.train_file})"
         rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
                 clsr_row: record["sts"]}
-        print(mark_contaminated(format_sts_table(rows, title="STS test (Spearman x100)"), clsr_row,
-                                corpus.contaminated))
+        print(format_sts_table(rows, title="STS test (Spearman x100)", contaminated={clsr_row: corpus.contaminated}))
     write_arguments(staging, model_args=model_args, backbone_args=backbone_args, data_args=data_args,
                     training_args=training_args)
     write_json(staging / RESULTS_FILE, record)

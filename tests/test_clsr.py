@@ -12,12 +12,10 @@ from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel
 
 from csekit.errors import DataError
-from csekit.evaluation.sts import STS_TASKS, STSEvaluator, load_sts_task
+from csekit.evaluation.sts import STS_TASKS, CachedSTSEvaluator, STSEvaluator, load_sts_task
 from csekit.modeling import CLSRConfig, CLSRModel, nt_xent_loss
-from csekit.trainers.clsr import (
-    CachedSTSEvaluator,
-    CLSRTrainer,
-    CLSRTrainingArguments,
+from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
+from csekit.trainers.clsr_data import (
     HeldOutSentences,
     assert_disjoint_from_held_out,
     build_pair_corpus,

@@ -139,7 +139,7 @@ def build_contrastive(name, tiny, tmp_path, tokenizer, data_dir):
 
 
 def build_clsr(name, tiny, tmp_path):
-    from csekit.trainers.clsr import HeldOutSentences, PairCorpus
+    from csekit.trainers.clsr_data import HeldOutSentences, PairCorpus
 
     module = import_module("csekit.recipes.clsr")
     argv = ["--config", f"paper/{name}", "--model_name_or_path", str(tiny), "--output_dir", str(tmp_path / "out"),

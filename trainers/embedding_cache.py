@@ -73,15 +73,22 @@ class EmbeddingCache:
         batch_size: int = 128,
         max_length: Optional[int] = None,
         show_progress_bar: Optional[bool] = None,
+        across_processes: bool = False,
     ) -> CachedEmbeddings:
         """Vectors of ``sentences`` under ``model``'s frozen encoder: from the cache if valid, else computed+stored.
 
         ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled``
-        (:class:`~csekit.modeling.CLSRModel`).
+        (:class:`~csekit.modeling.CLSRModel`). ``across_processes``: under several processes (one ``accelerate
+        launch``, sharing the cache folder), a missing entry is pooled by all of them, each a contiguous share, and
+        stored once by the main process; every process must make the call.
         """
         sentences = list(sentences)
         expected = self._fingerprints(model, sentences, max_length)
         path = self.path_for(expected["model_fingerprint"], expected["data_fingerprint"])
+        if across_processes:
+            shared = self._pool_across_processes(model, sentences, batch_size, path)
+            if shared is not None:
+                return shared
         reason = None
         if path.exists():
             vectors, reason = self._load(path, expected)
@@ -93,6 +100,28 @@ class EmbeddingCache:
         ).float().clone()  # clone: a normal tensor, not an inference-mode one (those cannot enter autograd graphs)
         self._store(path, vectors, expected)
         return CachedEmbeddings(vectors, path, "built" if reason is None else f"rebuilt ({reason})")
+
+    def _pool_across_processes(self, model, sentences: list, batch_size: int, path: Path):
+        """The entry pooled by every process of the launch, or ``None`` when one process alone will do (a single
+        process, fewer sentences than processes, or the entry is already there)."""
+        from accelerate import PartialState
+        from accelerate.utils import gather, pad_across_processes
+
+        state = PartialState()
+        world = state.num_processes
+        if world == 1 or len(sentences) < world or path.exists():
+            return None
+        bounds = [len(sentences) * rank // world for rank in range(world + 1)]
+        rank = state.process_index
+        share = model.encode_pooled(sentences[bounds[rank] : bounds[rank + 1]], batch_size=batch_size)
+        padded = gather(pad_across_processes(share.to(state.device), dim=0)).cpu()
+        rows = padded.reshape(world, -1, share.shape[1])
+        vectors = torch.cat([part[: end - start] for part, start, end in zip(rows, bounds, bounds[1:])])
+        if state.is_main_process:
+            self.put(model, sentences, vectors)
+        state.wait_for_everyone()
+        entry = self.get(model, sentences)
+        return CachedEmbeddings(entry.vectors, entry.path, f"built by {world} processes")
 
     def put(self, model, sentences: Sequence[str], vectors: torch.Tensor, max_length: Optional[int] = None) -> Path:
         """Store ``vectors`` pooled elsewhere (e.g. a share by each of several processes) as the entry of

@@ -163,12 +163,52 @@ class STSEvaluator:
         return results
 
 
-def format_sts_table(results: dict, title: Optional[str] = None) -> str:
-    """A markdown table of one or more result rows: ``{row_name: {task: score}}``."""
+class CachedSTSEvaluator:
+    """An :class:`STSEvaluator` over pooled vectors computed once (e.g. by the embedding cache).
+
+    Call with ``transform`` (``(n, hidden) -> (n, d)``, e.g. the model's MLP ``e``) to score ``transform(pooled)``,
+    or with ``None`` to score the frozen encoder alone.
+    """
+
+    def __init__(self, evaluator: STSEvaluator, pooled):  # pooled: a (n, hidden) torch tensor
+        sentences = evaluator.sentences()
+        if pooled.shape[0] != len(sentences):
+            raise ValueError(f"{pooled.shape[0]} vectors for {len(sentences)} evaluation sentences")
+        self.evaluator = evaluator
+        self.pooled = pooled
+        self.rows = {sentence: row for row, sentence in enumerate(sentences)}
+
+    def __call__(self, transform: Optional[Callable] = None) -> dict:
+        import torch
+
+        def embed(sentences):
+            vectors = self.pooled[torch.as_tensor([self.rows[s] for s in sentences])]
+            if transform is not None:
+                with torch.no_grad():
+                    vectors = transform(vectors.to(next(transform.parameters()).device)).float().cpu()
+            return vectors.numpy()
+
+        return self.evaluator(embed)
+
+
+def format_sts_table(results: dict, title: Optional[str] = None, contaminated: Optional[dict] = None) -> str:
+    """A markdown table of one or more result rows: ``{row_name: {task: score}}``.
+
+    ``contaminated``: ``{row_name: {set: count}}`` for rows trained on pairs that share sentences with those sets;
+    their cells of the test sets named (and the row's average) get a star, and a footnote gives the counts.
+    """
+    contaminated = contaminated or {}
     columns = [key for key in list(STS_TASKS) + ["avg"] if any(key in row for row in results.values())]
     lines = [] if title is None else [title, ""]
     lines.append("| model | " + " | ".join(STS_SHORT_NAMES.get(c, c) for c in columns) + " |")
     lines.append("|---|" + "---:|" * len(columns))
     for name, row in results.items():
-        lines.append(f"| {name} | " + " | ".join(f"{row[c]:.2f}" if c in row else "" for c in columns) + " |")
+        marked = {task for task in contaminated.get(name, {}) if task in STS_TASKS}
+        star = {c: "*" if c in marked or (c == "avg" and marked) else "" for c in columns}
+        lines.append(f"| {name} | " + " | ".join(f"{row[c]:.2f}{star[c]}" if c in row else "" for c in columns) + " |")
+    for counts in contaminated.values():
+        if any(task in STS_TASKS for task in counts):
+            listed = ", ".join(f"{name} {count}" for name, count in counts.items())
+            lines.append(f"\n* contaminated (--test_overlap keep): training pairs sharing a sentence with the set: "
+                         f"{listed}")
     return "\n".join(lines)
