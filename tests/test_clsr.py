@@ -382,6 +382,60 @@ def test_held_out_check_allows_only_declared_contamination():
         assert_disjoint_from_held_out(["A dog runs ."], held_out, declared=["STS12"])
 
 
+class Killed(Exception):
+    pass
+
+
+def test_killed_run_resumed_from_its_last_checkpoint_equals_the_uninterrupted_run(tokenizer, tmp_path, data_dir,
+                                                                                  monkeypatch):
+    """8 epochs, dev every 2, a checkpoint every 3 (so one falls between dev records). A run killed in its epoch-6
+    evaluation, started again with --resume_from_checkpoint last, trains epochs 4-8 only (10 steps, not 16) and ends
+    with the uninterrupted run's head, history and best epoch."""
+    import csekit.trainers.clsr as clsr
+
+    corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=NO_HELD_OUT)
+    dev = STSEvaluator(data_dir, ("STSBenchmark",), split="dev")
+    torch.manual_seed(0)
+    initial = tiny_clsr(tokenizer).state_dict()
+    cache = EmbeddingCache(tmp_path / "cache")
+    steps = []
+    loss = clsr.nt_xent_loss
+    monkeypatch.setattr(clsr, "nt_xent_loss", lambda *a, **k: steps.append(1) or loss(*a, **k))
+
+    def run(output_dir, crash_at_evaluation=None, resume=None):
+        model = tiny_clsr(tokenizer)
+        model.load_state_dict(initial)
+        evaluator = CachedSTSEvaluator(dev, cache.get(model, dev.sentences()).vectors)
+        calls = []
+
+        def dev_scores(transform=None):
+            calls.append(1)
+            if len(calls) == crash_at_evaluation:
+                raise Killed
+            return evaluator(transform)
+
+        args = CLSRTrainingArguments(output_dir=str(output_dir), num_train_epochs=8, per_device_train_batch_size=4,
+                                     warmup_epochs=1, eval_epochs=2, save_epochs=3, resume_from_checkpoint=resume)
+        steps.clear()
+        summary = CLSRTrainer(model, args, cache.get(model, corpus.sentences).vectors, corpus, NO_HELD_OUT,
+                              dev_scores).train()
+        return model.mlp.state_dict(), summary, len(steps)
+
+    whole, whole_summary, whole_steps = run(tmp_path / "whole")
+    with pytest.raises(Killed):
+        run(tmp_path / "killed", crash_at_evaluation=3)
+    assert sorted(p.name for p in (tmp_path / "killed").iterdir()) == ["checkpoint-3"]  # epoch 6 was never saved
+    resumed, resumed_summary, resumed_steps = run(tmp_path / "killed", resume="last")
+    assert (whole_steps, resumed_steps) == (16, 10)
+    for name in whole:
+        torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=0)
+    def untimed(summary):
+        history = [{k: v for k, v in record.items() if k != "seconds"} for record in summary["history"]]
+        return {**summary, "history": history, "train_seconds": None}
+
+    assert untimed(resumed_summary) == untimed(whole_summary)  # losses, lr, dev scores, best epoch, steps
+
+
 def test_trainer_refuses_held_out_sentences(tokenizer):
     model = tiny_clsr(tokenizer)
     corpus = build_pair_corpus(SENTENCES[0::2], SENTENCES[1::2], held_out=NO_HELD_OUT)
@@ -406,12 +460,13 @@ def test_recipe_help_lists_flags():
 def test_recipe_seed_fixes_the_head_initialisation(tokenizer, tmp_path):
     from transformers import BertModel
 
-    from csekit.recipes.clsr import BackboneArguments, CLSRArguments, build_model
+    from csekit.recipes.clsr import RECIPE
+    from csekit.trainers.recipe import BackboneArguments
 
     BertModel(tiny_bert_config()).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    args = CLSRArguments(model_name_or_path=str(tmp_path))
-    first, again, other = (build_model(args, BackboneArguments(), seed).mlp.state_dict() for seed in (7, 7, 8))
+    args = RECIPE.argument_types()[0](model_name_or_path=str(tmp_path))
+    first, again, other = (RECIPE.build_model(args, BackboneArguments(), seed).mlp.state_dict() for seed in (7, 7, 8))
     assert all(torch.equal(first[k], again[k]) for k in first)  # a seed reproduces the run
     assert not torch.equal(first["dense_in.weight"], other["dense_in.weight"])
 

@@ -236,12 +236,7 @@ def test_the_four_recipes_speak_one_vocabulary_and_take_method_flags_from_the_co
               "per_device_train_batch_size", "num_train_epochs", "learning_rate", "config"}
     for method in RECIPES:
         module = import_module(f"csekit.recipes.{method}")
-        if hasattr(module, "RECIPE"):
-            types, config_class = module.RECIPE.argument_types(), module.RECIPE.config_class
-        else:  # CLSR trains its head with its own loop; its argument groups are module-level
-            types = (module.CLSRArguments, module.BackboneArguments, module.CLSRDataArguments,
-                     module.CLSRTrainingArguments)
-            config_class = module.CLSRConfig
+        types, config_class = module.RECIPE.argument_types(), module.RECIPE.config_class
         names = {f.name for cls in types for f in dataclasses.fields(cls)} | {"config"}
         assert shared <= names, (method, shared - names)
         model_fields = {f.name: f for f in dataclasses.fields(types[0])}

@@ -139,18 +139,18 @@ def build_contrastive(name, tiny, tmp_path, tokenizer, data_dir):
 
 
 def build_clsr(name, tiny, tmp_path):
+    from csekit.trainers.clsr import CLSRTrainer
     from csekit.trainers.clsr_data import HeldOutSentences, PairCorpus
 
     module = import_module("csekit.recipes.clsr")
     argv = ["--config", f"paper/{name}", "--model_name_or_path", str(tiny), "--output_dir", str(tmp_path / "out"),
             *scaled_flags(read_yaml(name))]
-    model_args, backbone_args, _, training_args = module.parse_recipe_args(
-        (module.CLSRArguments, module.BackboneArguments, module.CLSRDataArguments, module.CLSRTrainingArguments), argv)
-    model = module.build_model(model_args, backbone_args, training_args.seed)
+    model_args, backbone_args, _, training_args = module.RECIPE.parse(argv)
+    model = module.RECIPE.build_model(model_args, backbone_args, training_args.seed)
     pairs = torch.arange(2 * training_args.per_device_train_batch_size).view(-1, 2)  # one full batch of pairs
     corpus = PairCorpus([f"s{i}" for i in range(pairs.numel())], pairs)
     vectors = torch.randn(pairs.numel(), model.config.hidden_size)
-    return module.CLSRTrainer(model, training_args, vectors, corpus, HeldOutSentences({}))
+    return CLSRTrainer(model, training_args, vectors, corpus, HeldOutSentences({}))
 
 
 @pytest.mark.parametrize("name", sorted(PAPER))

@@ -16,7 +16,9 @@ than the step itself, and its checkpoints would hold the training module instead
 The training pairs and the held-out check are in :mod:`csekit.trainers.clsr_data`.
 """
 
+import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +65,85 @@ class CLSRTrainingArguments:
     seed: int = field(default=42, metadata={"help": "Seed for the head initialisation and the pair shuffling."})
     report_to: str = field(default="none", metadata={"help": "'tensorboard' to log loss, lr and STS-B dev there."})
     logging_dir: Optional[str] = field(default=None, metadata={"help": "TensorBoard folder (default OUTPUT_DIR/runs)."})
+    save_epochs: int = field(
+        default=100, metadata={"help": "Write OUTPUT_DIR/checkpoint-<epoch> every N epochs (0: never); only the newest "
+                               "is kept. It holds e, h, the optimizer, schedule and shuffling state and the best e."}
+    )
+    resume_from_checkpoint: Optional[str] = field(
+        default=None, metadata={"help": "Continue from 'last' (the newest complete checkpoint in --output_dir) or a "
+                                "checkpoint folder; the result equals the uninterrupted run."}
+    )
+
+
+CHECKPOINT_PREFIX = "checkpoint-"
+STATE_FILE, RECORD_FILE = "state.safetensors", "trainer_state.json"  # no pickle: tensors + JSON
+
+
+def find_checkpoint(output_dir, which: str) -> Path:
+    """The checkpoint folder ``which`` names: ``last`` is the newest complete one in ``output_dir``."""
+    if which != "last":
+        folder = Path(which)
+        if not (folder / STATE_FILE).is_file() or not (folder / RECORD_FILE).is_file():
+            raise DataError(f"--resume_from_checkpoint {which}: not a CLSR checkpoint ({STATE_FILE} + {RECORD_FILE})")
+        return folder
+    found = sorted((int(path.name[len(CHECKPOINT_PREFIX):]), path)
+                   for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
+                   if path.name[len(CHECKPOINT_PREFIX):].isdigit() and (path / RECORD_FILE).is_file())
+    if not found:
+        raise DataError(f"--resume_from_checkpoint last: no checkpoint in {output_dir}; start without it")
+    return found[-1][1]
+
+
+def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, generator, best: dict, history: list,
+                    epoch_losses: list) -> None:
+    """``output_dir/checkpoint-<epoch>``, built under a hidden name and renamed into place (visible only when
+    complete); older checkpoints are removed after it."""
+    from safetensors.torch import save_file
+
+    from ..atomic import move_into_place, write_json
+
+    tensors = {f"trainable.{name}": value for name, value in trainable.state_dict().items()}
+    optimizer_state = optimizer.state_dict()
+    for index, state in optimizer_state["state"].items():
+        tensors.update({f"optimizer.{index}.{name}": value for name, value in state.items()})
+    tensors["generator"] = generator.get_state()
+    if best["state"] is not None:
+        tensors.update({f"best.{name}": value for name, value in best["state"].items()})
+    record = {"epoch": epoch, "scheduler": scheduler.state_dict(), "param_groups": optimizer_state["param_groups"],
+              "best_epoch": best["epoch"], "best_dev": best["dev"], "history": history,
+              "epoch_losses": [float(loss) for loss in epoch_losses]}  # the epochs since the last logged record
+    output_dir = Path(output_dir)
+    staging = output_dir / f".{CHECKPOINT_PREFIX}{epoch}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    save_file({name: value.detach().cpu().contiguous() for name, value in tensors.items()}, str(staging / STATE_FILE))
+    write_json(staging / RECORD_FILE, record)
+    final = move_into_place(staging, output_dir / f"{CHECKPOINT_PREFIX}{epoch}")
+    for older in output_dir.glob(f"{CHECKPOINT_PREFIX}*"):
+        if older != final:
+            shutil.rmtree(older, ignore_errors=True)
+
+
+def load_checkpoint(folder: Path, trainable, optimizer, scheduler, generator, device) -> tuple:
+    """Restore the states :func:`save_checkpoint` wrote; returns ``(epoch, best, history, epoch_losses)``."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(folder / STATE_FILE))
+    record = json.loads((folder / RECORD_FILE).read_text())
+    trainable.load_state_dict({name[len("trainable."):]: value for name, value in tensors.items()
+                               if name.startswith("trainable.")})
+    state = {}
+    for name, value in tensors.items():
+        if name.startswith("optimizer."):
+            _, index, key = name.split(".", 2)
+            state.setdefault(int(index), {})[key] = value.to(device)
+    optimizer.load_state_dict({"state": state, "param_groups": record["param_groups"]})
+    scheduler.load_state_dict(record["scheduler"])
+    generator.set_state(tensors["generator"])
+    best_state = {name[len("best."):]: value.to(device) for name, value in tensors.items() if name.startswith("best.")}
+    best = {"epoch": record["best_epoch"], "dev": record["best_dev"], "state": best_state or None}
+    losses = [torch.tensor(loss, device=device) for loss in record["epoch_losses"]]
+    return record["epoch"], best, record["history"], losses
 
 
 class CLSRTrainer:
@@ -76,20 +157,23 @@ class CLSRTrainer:
         held_out: :func:`held_out_sentences`; no corpus sentence may belong to them, except to the sets listed in
             ``corpus.contaminated`` (overlap kept on purpose, and reported).
         dev_evaluator: optional :class:`CachedSTSEvaluator` on STS-B dev for model selection.
+        is_main_process: whether this process writes the checkpoints (``args.save_epochs``).
     """
 
     def __init__(self, model, args: CLSRTrainingArguments, train_vectors: torch.Tensor, corpus: PairCorpus,
-                 held_out: HeldOutSentences, dev_evaluator: Optional[CachedSTSEvaluator] = None):
+                 held_out: HeldOutSentences, dev_evaluator: Optional[CachedSTSEvaluator] = None,
+                 is_main_process: bool = True):
         if train_vectors.shape[0] != len(corpus.sentences):
             raise ValueError(f"{train_vectors.shape[0]} vectors for {len(corpus.sentences)} sentences")
         require_full_batch(corpus, args.per_device_train_batch_size)
-        if args.num_train_epochs < 1 or args.eval_epochs < 1 or args.warmup_epochs < 0:
-            raise DataError("num_train_epochs and eval_epochs must be >= 1, warmup_epochs >= 0")
+        if args.num_train_epochs < 1 or args.eval_epochs < 1 or args.warmup_epochs < 0 or args.save_epochs < 0:
+            raise DataError("num_train_epochs and eval_epochs must be >= 1, warmup_epochs and save_epochs >= 0")
         self.model = model
         self.args = args
         self.corpus = corpus
         self.held_out = held_out
         self.dev_evaluator = dev_evaluator
+        self.is_main_process = is_main_process  # every process trains the same head; one writes checkpoints
         self.device = next(model.mlp.parameters()).device
         self.train_vectors = train_vectors.to(self.device)
 
@@ -125,9 +209,15 @@ class CLSRTrainer:
         temperature = self.model.config.temperature
         pairs = self.corpus.pairs.to(self.device)
         history, best = [], {"epoch": None, "dev": -float("inf"), "state": None}
-        epoch_losses = []
+        first_epoch, epoch_losses = 0, []
+        if args.resume_from_checkpoint:
+            folder = find_checkpoint(args.output_dir, args.resume_from_checkpoint)
+            first_epoch, best, history, epoch_losses = load_checkpoint(folder, trainable, optimizer, scheduler,
+                                                                       generator, self.device)
+            logger.info("resumed from %s at epoch %d", folder, first_epoch)
         start = time.perf_counter()
-        progress = trange(args.num_train_epochs, desc="CLSR epochs")
+        progress = trange(first_epoch, args.num_train_epochs, desc="CLSR epochs", initial=first_epoch,
+                          total=args.num_train_epochs)
         for epoch in progress:
             order = torch.randperm(len(pairs), generator=generator).to(self.device)
             total = torch.zeros((), device=self.device)
@@ -160,6 +250,9 @@ class CLSRTrainer:
                             writer.add_scalar(f"clsr/{name}", record[name], epoch + 1)
                 progress.set_postfix({k: v for k, v in record.items() if k in ("loss", "dev_STSBenchmark")})
                 logger.info("%s", record)
+            if args.save_epochs and (epoch + 1) % args.save_epochs == 0 and not last and self.is_main_process:
+                save_checkpoint(args.output_dir, epoch + 1, trainable, optimizer, scheduler, generator, best, history,
+                                epoch_losses)
         train_seconds = time.perf_counter() - start
         if writer is not None:
             writer.close()

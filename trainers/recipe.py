@@ -23,24 +23,30 @@ import logging
 import re
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 import yaml
+from accelerate import PartialState
 from huggingface_hub import constants
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
 
 from ..atomic import STAGING, commit_files, write_json, write_text
 from ..data import DATA_DIR_HELP, resolve_data_dir
 from ..errors import DataError, OneLineUsageErrors
-from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, format_sts_table
+from ..evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvaluator, format_sts_table
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
+from ..modeling import CLSRConfig, CLSRModel
 from ..options import positive_int
+from .clsr import CLSRTrainer, CLSRTrainingArguments
+from .clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from .collators import ContrastiveCollator
 from .data import load_training_dataset
+from .embedding_cache import EmbeddingCache
 
 logger = logging.getLogger(__name__)
 
@@ -312,6 +318,20 @@ class ContrastiveRecipe:
         return run_recipe(self, model_args, data_args, training_args, extra_args)
 
 
+def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,
+               table: Optional[str] = None) -> None:
+    """The end of every recipe, on the main process, once the model and its tokenizer are saved in ``staging``: the
+    run's argument groups (``training_args.json``) and test record (``eval_results.json``) join them, everything
+    moves into ``output_dir`` together (``config.json`` last, :func:`csekit.atomic.commit_files`), then the test
+    table is printed."""
+    write_arguments(staging, **arguments)
+    if record is not None:
+        write_json(staging / RESULTS_FILE, record)
+    commit_files(staging, output_dir)
+    if table:
+        print(table)
+
+
 def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
     """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets.
 
@@ -354,19 +374,151 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     trainer.save_model(str(staging))  # on every process (sharded states are gathered); the main one writes
     results = {}
     if trainer.is_world_process_zero():
-        groups = dict(model_args=model_args, data_args=data_args, training_args=training_args)
-        write_arguments(staging, **groups, **({"extra_args": extra_args} if extra_args else {}))
+        arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
+                         **({"extra_args": extra_args} if extra_args else {}))
+        record = table = None
         if data_args.do_test_eval:
             evaluator = STSEvaluator(data_dir, STS_TASKS, split="test")
             results = evaluator(lambda sentences: model.eval().encode(sentences, batch_size=128))
             record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
-            write_json(staging / RESULTS_FILE, record)
-        commit_files(staging, training_args.output_dir)
-        if results:
-            print(format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)"))
+            table = format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)")
+        finish_run(staging, training_args.output_dir, arguments, record, table)
         if publish:
             print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
     return results
+
+
+
+# ------------------------------------------------------------------------------------------------ CLSR
+@dataclass
+class BackboneArguments:
+    random_init: bool = field(default=False, metadata={"help": "Random backbone weights from the config (seeded); "
+                              "then a --model_name_or_path folder holding only config + tokenizer is enough."})
+    random_init_num_layers: Optional[int] = field(
+        default=None, metadata={"help": "With --random_init: override the backbone depth (a smaller random BERT)."}
+    )
+
+
+@dataclass
+class CLSRDataArguments(DataArguments):
+    train_file: str = field(
+        default="nli", metadata={"help": "Positive pairs: nli (SNLI dev+test entailment pairs in the data folder), "
+                                 "stsb (STS-B train pairs scored >= 4, the paper's 1,406), or a sent0,sent1 .csv "
+                                 "(relative paths are also looked up in the data folder)."}
+    )
+    test_overlap: str = field(
+        default="drop", metadata={"choices": ["drop", "keep"], "help": "Pairs sharing a sentence with any of the 7 "
+                                  "STS test sets or STS-B dev: drop (default; counted in eval_results.json) or keep "
+                                  "(the paper's selection as published; scores on those sets are marked "
+                                  "contaminated)."}
+    )
+    cache_dir: Optional[str] = field(
+        default=None, metadata={"help": "Embedding cache folder (default: $CSEKIT_CACHE_DIR or "
+                                "~/.cache/csekit/embeddings)."}
+    )
+    encode_batch_size: int = field(default=128, metadata={"help": "Sentences per frozen-encoder forward pass."})
+    torch_threads: Optional[int] = field(
+        default=None, metadata={"help": "CPU threads for torch (default: torch's choice; 1 is often faster on a "
+                                "machine shared with other jobs)."}
+    )
+
+
+@dataclass
+class CLSRRecipe:
+    """CLSR's recipe: a head trained on cached vectors of a frozen encoder (``recipes/clsr.py`` says how). It has the
+    contrastive recipes' shape (``argument_types``, ``parse``, ``build_model``, ``main``) and their end of run
+    (:func:`finish_run`); its training loop is :class:`~csekit.trainers.clsr.CLSRTrainer`, not a ``Trainer``."""
+
+    output_dir: str = "outputs/clsr"
+    description: Optional[str] = None
+    config_class = CLSRConfig
+
+    def argument_types(self) -> tuple:
+        return (model_arguments(CLSRConfig), BackboneArguments, CLSRDataArguments, CLSRTrainingArguments)
+
+    def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
+        return parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description, prog)
+
+    def build_model(self, args, backbone: BackboneArguments, seed: int) -> CLSRModel:
+        options = config_kwargs(args, CLSRConfig)
+        set_seed(seed)  # e's initialisation (and a random backbone's) draw from the global generator
+        if not backbone.random_init:
+            if backbone.random_init_num_layers is not None:
+                raise DataError("--random_init_num_layers needs --random_init true")
+            path = resolve_model_path(args.model_name_or_path)
+            model = CLSRModel.from_encoder(path, **options)
+        else:  # a config (and tokenizer) is all a random backbone needs
+            path = resolve_model_path(args.model_name_or_path, require_weights=False)
+            encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
+            if backbone.random_init_num_layers is not None:
+                encoder_config.num_hidden_layers = backbone.random_init_num_layers
+            model = CLSRModel(CLSRConfig(encoder_config=encoder_config.to_dict(), **options))
+            model.config.name_or_path = path
+        model.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return model
+
+    def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> None:
+        run_clsr_recipe(self, *self.parse(argv, prog))
+
+
+def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, training_args) -> None:
+    """Pool the pairs' sentences once (cached), train the head, keep the best e by STS-B dev, save the model and
+    score the 7 STS test sets for the base encoder alone and with CLSR (see ``recipes/clsr.py``)."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if data_args.torch_threads:
+        torch.set_num_threads(data_args.torch_threads)
+    # without a GPU (or other accelerator) the processes of a multi-process launch join one gloo group on CPU
+    state = PartialState(cpu=not torch.accelerator.is_available())
+    if not state.is_main_process:  # every process trains the same head; one writes the logs
+        training_args = dataclasses.replace(training_args, report_to="none")
+    staging = prepare_output_dir(training_args.output_dir, data_args.overwrite_output_dir)
+    data_dir = resolve_data_dir(data_args.data_dir)
+    model = recipe.build_model(model_args, backbone_args, training_args.seed).to(state.device)
+    held_out = held_out_sentences(data_dir)
+    first, second = load_positive_pairs(data_args.train_file, data_dir)
+    limit = data_args.max_train_samples  # the first N pairs, before the held-out filter
+    corpus = build_pair_corpus(first[:limit], second[:limit], held_out, drop=data_args.test_overlap == "drop")
+    require_full_batch(corpus, training_args.per_device_train_batch_size)  # before any pooling
+    dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
+    if dev_overlap:
+        logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))
+    cache = EmbeddingCache(data_args.cache_dir)
+    start = time.perf_counter()
+    train_entry = cache.get(model, corpus.sentences, data_args.encode_batch_size, across_processes=True)
+    dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
+    dev_vectors = cache.get(model, dev.sentences(), data_args.encode_batch_size, across_processes=True).vectors
+    dev_evaluator = CachedSTSEvaluator(dev, dev_vectors)
+    pooling_seconds = time.perf_counter() - start
+    logging.info("%d pairs over %d sentences (%d dropped: they share a sentence with a held-out set); train cache %s "
+                 "(%s)", len(corpus.pairs), len(corpus.sentences), corpus.dropped, train_entry.path, train_entry.status)
+    trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator,
+                          is_main_process=state.is_main_process)
+    summary = trainer.train()
+    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None
+    test_vectors = (cache.get(model, test.sentences(), data_args.encode_batch_size, across_processes=True).vectors
+                    if test else None)
+    if not state.is_main_process:
+        return
+    model.save_pretrained(staging)  # model, arguments and scores appear in output_dir together (finish_run)
+    model.tokenizer.save_pretrained(staging)
+    record = {
+        "model": training_args.output_dir, "base_model": model_args.model_name_or_path,
+        "pooler": model.config.pooler_type, "train_data": data_args.train_file, "test_overlap": data_args.test_overlap,
+        "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped, "overlap_pairs": corpus.overlap,
+        "contaminated": corpus.contaminated, "pooling_seconds": round(pooling_seconds, 1),
+        "train_cache": train_entry.status, **summary, "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
+    }
+    table = None
+    if test is not None:
+        test_evaluator = CachedSTSEvaluator(test, test_vectors)
+        record["base_sts"], record["sts"] = test_evaluator(), test_evaluator(model.mlp)
+        clsr_row = f"+ CLSR ({data_args.train_file})"
+        rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
+                clsr_row: record["sts"]}
+        table = format_sts_table(rows, title="STS test (Spearman x100)", contaminated={clsr_row: corpus.contaminated})
+    arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
+                     training_args=training_args)
+    finish_run(staging, training_args.output_dir, arguments, record, table)
 
 
 def main_guard(main: Callable, argv: Optional[list] = None) -> None:
@@ -383,7 +535,8 @@ def main_guard(main: Callable, argv: Optional[list] = None) -> None:
 
 
 __all__ = [
-    "CSETrainingArguments", "ContrastiveDataArguments", "ContrastiveRecipe", "DataArguments", "RecipeArgumentParser",
-    "config_kwargs", "docstring_arguments", "is_csekit_output", "main_guard", "model_arguments", "parse_recipe_args",
-    "prepare_output_dir", "run_recipe", "write_arguments",
+    "BackboneArguments", "CLSRDataArguments", "CLSRRecipe", "CSETrainingArguments", "ContrastiveDataArguments",
+    "ContrastiveRecipe", "DataArguments", "RecipeArgumentParser", "config_kwargs", "docstring_arguments",
+    "finish_run", "is_csekit_output", "main_guard", "model_arguments", "parse_recipe_args", "prepare_output_dir",
+    "run_recipe", "write_arguments",
 ]
