@@ -10,7 +10,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_encoder import SentenceEncoderConfig
 from .encoding import encode_sentences
-from .pooling import STATIC_EMBEDDINGS_LAYER, pool
+from .pooling import encoder_layer_states, pool
 
 
 @dataclass
@@ -106,15 +106,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     ) -> torch.Tensor:
         """Run the encoder on ``(n, seq_len)`` tokens and pool to ``(n, hidden)``."""
         layers = self.pooling_layers
-        needs_all_layers = layers != [self.config.encoder_config.num_hidden_layers]
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        outputs = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=needs_all_layers, **extra
-        )
-        hidden_states = outputs.hidden_states if needs_all_layers else {layers[-1]: outputs.last_hidden_state}
-        static = None
-        if STATIC_EMBEDDINGS_LAYER in layers:
-            static = self.encoder.get_input_embeddings()(input_ids)
+        _, hidden_states, static = encoder_layer_states(self.encoder, layers, input_ids, attention_mask, **extra)
         return pool(self.config.pooler_type, layers, hidden_states, attention_mask, static, token_weights)
 
     def forward(

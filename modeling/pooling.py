@@ -59,6 +59,23 @@ def resolve_pooling_layers(pooler_type: str, pooling_layers: Optional[Sequence[i
     return list(pooling_layers)
 
 
+def encoder_layer_states(encoder, layers: Sequence[int], input_ids, attention_mask, **inputs) -> tuple:
+    """Run ``encoder`` once for the states that ``layers`` name: the one path from tokens to layer states that
+    training, evaluation and extraction share.
+
+    Returns ``(outputs, hidden_states, static)``: ``hidden_states[i]`` is block ``i``'s output (every block only when
+    more than the last one is needed), ``static`` the input token embeddings when ``layers`` holds
+    :data:`STATIC_EMBEDDINGS_LAYER`, else ``None``.
+    """
+    last = encoder.config.num_hidden_layers
+    needs_all_layers = list(layers) != [last]
+    outputs = encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=needs_all_layers,
+                      **inputs)
+    hidden_states = outputs.hidden_states if needs_all_layers else {last: outputs.last_hidden_state}
+    static = encoder.get_input_embeddings()(input_ids) if STATIC_EMBEDDINGS_LAYER in layers else None
+    return outputs, hidden_states, static
+
+
 def masked_mean(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Weighted mean over the token axis.
 

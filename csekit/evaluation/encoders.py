@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from ..errors import DataError
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
-from ..modeling.pooling import POOLER_TYPES, pool, resolve_pooling_layers
+from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
 
 ST_POOLING_MODES = {"pooling_mode_mean_tokens": "avg", "pooling_mode_cls_token": "cls_before_pooler"}
 
@@ -47,14 +47,12 @@ class HFSentenceEncoder:
         self.layers = resolve_pooling_layers(pooler, None, model.config.num_hidden_layers)
 
     def embed_batch(self, batch: dict) -> torch.Tensor:
-        needs_all_layers = self.layers != [self.model.config.num_hidden_layers]
-        outputs = self.model(**batch, output_hidden_states=needs_all_layers)
+        outputs, hidden_states, static = encoder_layer_states(self.model, self.layers, **batch)
         if self.pooler == "cls":
             if getattr(outputs, "pooler_output", None) is None:
                 raise DataError("pooler 'cls' needs an encoder with a pooler layer; use cls_before_pooler or avg")
             return outputs.pooler_output
-        hidden_states = outputs.hidden_states or {self.layers[-1]: outputs.last_hidden_state}
-        return pool(self.pooler, self.layers, hidden_states, batch["attention_mask"])
+        return pool(self.pooler, self.layers, hidden_states, batch["attention_mask"], static)
 
 
 def load_embedder(

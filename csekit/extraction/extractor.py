@@ -42,7 +42,7 @@ from ..fingerprint import combine, data_fingerprint, module_fingerprint, tokeniz
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import deduplicate
 from ..modeling.modeling_encoder import build_encoder
-from ..modeling.pooling import STATIC_EMBEDDINGS_LAYER, masked_mean, mean_layer_states
+from ..modeling.pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, masked_mean, mean_layer_states
 from ..tensor_cache import entry_path, load_entry, save_entry
 from .idf import (
     bias_token_table,
@@ -94,11 +94,8 @@ class TransformerSource:
         """``(batch, seq_len, hidden)`` states averaged over ``layers``."""
         batch = {key: value.to(self.model.device) for key, value in batch.items()}
         with torch.inference_mode():
-            outputs = self.model(**batch, output_hidden_states=True)
-            static = None
-            if STATIC_EMBEDDINGS_LAYER in layers:
-                static = self.model.get_input_embeddings()(batch["input_ids"])
-            return mean_layer_states(layers, outputs.hidden_states, static).float().cpu()
+            _, hidden_states, static = encoder_layer_states(self.model, layers, **batch)
+            return mean_layer_states(layers, hidden_states, static).float().cpu()
 
     def token_mask(self, input_ids: torch.Tensor) -> Optional[torch.Tensor]:
         return None
