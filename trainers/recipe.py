@@ -388,7 +388,6 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     return results
 
 
-
 # ------------------------------------------------------------------------------------------------ CLSR
 @dataclass
 class BackboneArguments:

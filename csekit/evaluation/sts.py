@@ -179,7 +179,7 @@ class CachedSTSEvaluator:
         self.rows = {sentence: row for row, sentence in enumerate(sentences)}
 
     def __call__(self, transform: Optional[Callable] = None) -> dict:
-        import torch
+        import torch  # here, not at the top: `csekit --help` imports this module and needs no torch
 
         def embed(sentences):
             vectors = self.pooled[torch.as_tensor([self.rows[s] for s in sentences])]
