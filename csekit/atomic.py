@@ -8,7 +8,7 @@ nothing) plus at most a hidden ``.<name>.*.tmp`` sibling, never a truncated dest
     write_json(folder / "eval_results.json", record)
     with staged_folder(out_dir) as staging:       # build a whole folder, then move it into place
         model.save_pretrained(staging)
-    commit_files(out_dir / STAGING, out_dir)      # replace the files of a folder that also holds other things
+    commit_files(out_dir / ".staging", out_dir)   # replace the files of a folder that also holds other things
 """
 
 import contextlib
@@ -20,10 +20,6 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from .errors import DataError
-
-# where a folder's new top-level files are built before commit_files moves them in (hidden; never published)
-STAGING = ".csekit-staging"
 # the top-level files a saved model folder is made of (weights and shards, config and code files, tokenizer files,
 # arguments, scores, card and figure): a commit removes old ones the new set lacks, and nothing else (a log, a
 # user's notes or another process's file in the same folder stay)
@@ -34,14 +30,19 @@ MODEL_FOLDER_FILES = (
 )
 
 
+def default_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (mkstemp and some writers give 0o600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
     try:
-        os.chmod(temporary, 0o666 & ~umask)  # what open() would give, not mkstemp's owner-only 0o600
+        os.chmod(temporary, default_mode())  # what open() would give, not mkstemp's owner-only 0o600
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
@@ -61,12 +62,33 @@ def write_json(path, value) -> Path:
     return write_text(path, json.dumps(value, indent=2) + "\n")
 
 
-def output_file(path, flag: str = "--output") -> Path:
-    """``path`` as a file to write later; raises :class:`DataError` now (before any work) when it is a folder."""
-    path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'results.json'}")
-    return path
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def private_folder(parent, prefix: str) -> Path:
+    """A new hidden work folder ``parent/<prefix><pid>-<random>``; :func:`remove_abandoned` recognises it as this
+    process's."""
+    return Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
+
+
+def remove_abandoned(parent, prefix: str) -> list:
+    """Remove the :func:`private_folder` s of ``prefix`` in ``parent`` whose process is no longer running (a SIGKILL
+    leaves them behind); those of running processes stay. Returns what was removed."""
+    removed = []
+    for path in sorted(Path(parent).glob(f"{prefix}*")):
+        pid = path.name[len(prefix):].split("-")[0]
+        if path.is_dir() and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def move_into_place(source, destination) -> Path:
@@ -123,8 +145,10 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
     entries = sorted(path for path in staging.iterdir() if path.name != marker)
     if not (staging / marker).is_file():
         raise FileNotFoundError(f"{staging / marker}: the staged folder lacks its commit record")
+    mode = default_mode()
     for path in [*entries, staging / marker]:
         if path.is_file():
+            os.chmod(path, mode)  # every file of the model alike (a writer's temporary file may have been 0o600)
             with open(path, "rb") as stream:
                 os.fsync(stream.fileno())
     destination.mkdir(parents=True, exist_ok=True)
@@ -146,6 +170,6 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
 
 
 __all__ = [
-    "STAGING", "commit_files", "move_into_place", "output_file", "staged_folder", "write_bytes", "write_json",
-    "write_text",
+    "commit_files", "default_mode", "move_into_place", "private_folder", "process_alive", "remove_abandoned",
+    "staged_folder", "write_bytes", "write_json", "write_text",
 ]

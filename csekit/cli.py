@@ -14,7 +14,7 @@ import pkgutil
 import sys
 from importlib import import_module
 
-from .errors import DataError, OneLineUsageErrors
+from .errors import OneLineUsageErrors, report_errors
 from .evaluation.cli import add_evaluate_parser
 from .extraction.cli import add_extract_parser
 from .publishing.cli import add_card_parser, add_export_st_parser, add_push_parser
@@ -94,20 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from huggingface_hub.errors import StrictDataclassError
-
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help (0) or a usage error, already printed in one line (2)
         return stop.code if isinstance(stop.code, int) else 2
-    try:
-        return args.handler(args)
-    except DataError as error:
-        print(f"csekit: error: {error}", file=sys.stderr)
-        return 2
-    except StrictDataclassError as error:  # a model config's validator, e.g. from `csekit train`
-        print(f"csekit: error: invalid model configuration: {error.__cause__ or error}", file=sys.stderr)
-        return 2
+    return report_errors(lambda: args.handler(args))
 
 
 if __name__ == "__main__":

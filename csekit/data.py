@@ -63,6 +63,8 @@ def resolve_data_file(path: str, data_dir: Optional[str] = None) -> Path:
 
 def read_lines(path: Path) -> Iterator[tuple]:
     """Yield ``(line_number, text)`` of a UTF-8 file, failing on the first undecodable line."""
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder; give a file (one sentence a line, or sent0,sent1 CSV rows)")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     with open(path, "rb") as handle:

@@ -29,14 +29,13 @@ folder as it was.
 import hashlib
 import shutil
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from tqdm.auto import tqdm
 
-from .atomic import move_into_place
+from .atomic import move_into_place, private_folder, remove_abandoned
 from .data import default_data_dir
 from .errors import DataError
 
@@ -125,10 +124,17 @@ def fetch(corpus: Corpus, repo_id: str, revision: Optional[str], endpoint: Optio
 def unpack_senteval(archive: Path, staging: Path) -> Path:
     """Extract SentEval's tar into ``staging`` and return the folder that holds ``STS/`` and ``SICK/`` (the tar's
     ``downstream`` contents, whatever its top-level folder is called)."""
-    with tarfile.open(archive) as tar:
-        members = tar.getmembers()
-        for member in tqdm(members, desc="Unpacking senteval.tar", unit="file"):
-            tar.extract(member, staging, filter="data")  # the 'data' filter refuses links/paths leaving staging
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            for member in tqdm(members, desc="Unpacking senteval.tar", unit="file"):
+                tar.extract(member, staging, filter="data")  # the 'data' filter refuses what could leave staging
+    except tarfile.FilterError as error:  # a path out of the folder, a link out of it, a device or FIFO
+        raise DataError(f"{archive.name}: refused member {error.tarinfo.name!r} ({error}); not SentEval's release, "
+                        "nothing was placed in the data folder") from None
+    except tarfile.TarError as error:
+        raise DataError(f"{archive.name}: not a readable tar archive ({error}); run `csekit download senteval "
+                        "--force`") from None
     candidates = [folder for folder in [staging, *staging.rglob("*")] if (folder / "STS").is_dir()
                   and (folder / "SICK").is_dir()]
     if not candidates:
@@ -160,7 +166,9 @@ def download(name: str, data_dir=None, force: bool = False, repo_id: str = DATA_
     cached = fetch(corpus, repo_id, revision, endpoint)
     parent = target.parent if not corpus.archive else folder  # senteval/downstream is placed as senteval/
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.partial-"))
+    for stale in remove_abandoned(parent, f".{name}.partial-"):  # what a killed download left (a full copy)
+        print(f"removed {stale}, left by an interrupted download")
+    staging = private_folder(parent, f".{name}.partial-")
     try:
         if corpus.archive:
             downstream = unpack_senteval(cached, staging / "unpacked")

@@ -1,5 +1,15 @@
-"""How csekit reports bad input: one line, exit status 2 (the commands and recipes catch :class:`DataError`; their
-argument parsers report a bad flag the same way)."""
+"""How csekit reports bad input: one line on stderr, exit status 2.
+
+Input the user chose that cannot work (a data file, a model folder, a flag value, a full disk) is raised as
+:class:`DataError` at the call site that knows why: the library errors of that site (transformers, torch, PyYAML,
+tarfile, the OS) are translated there, never by catching ``Exception``. :func:`report_errors` is the one boundary
+every command and recipe runs in; any other exception is a bug and keeps its traceback. ``CSEKIT_DEBUG=1`` shows the
+full traceback of every error, bad input included.
+"""
+
+import os
+import sys
+from typing import Callable
 
 
 class DataError(ValueError):
@@ -13,3 +23,23 @@ class OneLineUsageErrors:
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def report_errors(call: Callable[[], int]) -> int:
+    """``call()``'s exit status; bad input (a :class:`DataError`, or a model config's validator refusing a value)
+    becomes ``csekit: error: MESSAGE`` on stderr and status 2. With ``CSEKIT_DEBUG=1`` every error propagates."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    if os.environ.get("CSEKIT_DEBUG", "") not in ("", "0"):
+        return call()
+    try:
+        return call()
+    except DataError as error:
+        message = str(error)
+    except StrictDataclassError as error:  # a @strict config's validator, e.g. an unknown pooler_type
+        message = f"invalid model configuration: {error.__cause__ or error}"
+    print(f"csekit: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+__all__ = ["DataError", "OneLineUsageErrors", "report_errors"]

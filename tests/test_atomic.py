@@ -19,9 +19,10 @@ import pytest
 import killer
 from conftest import tiny_bert_config
 from csekit import cli
-from csekit.atomic import STAGING, commit_files, staged_folder, write_text
+from csekit.atomic import commit_files, staged_folder, write_text
 
 NEVER = 10**6
+STAGING = ".staging"  # where a commit's new files wait (a run's is .csekit-staging-<host>-<pid>)
 
 
 def killed_at(nth: int, target, function, *args) -> int:
@@ -182,15 +183,17 @@ def test_recipe_killed_mid_save_leaves_no_model_and_no_truncated_file(workspace,
     out = workspace / "out"
     old = files(out)
     assert {"config.json", "model.safetensors", "eval_results.json", "training_args.json"} <= set(old)
-    # the second run's touches of out: 1 clears a stale staging folder, 2 removes config.json, 3.. move files in
-    killed = run_killed(RECIPE + ["--seed", "1"], out, 4, cwd=workspace)
+    # the second run's touches of out: 1-2 check that it can write there (an anonymous file), 3 creates its lock's
+    # temporary file, 4 removes it, 5 removes config.json, 6.. move the new files in
+    killed = run_killed(RECIPE + ["--seed", "1"], out, 6, cwd=workspace)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     now = files(out)
-    assert "config.json" not in now and now != old and (out / STAGING).is_dir()
+    assert "config.json" not in now and now != old and len(list(out.glob(".csekit-staging-*"))) == 1
     from csekit.loading import check_safetensors
 
     for name, value in now.items():  # every file whole: the old one, or a new one that parses
         if value != old.get(name):
             json.loads((out / name).read_text()) if name.endswith(".json") else check_safetensors(out)
-    assert cli.main(RECIPE) == 0  # the folder is still csekit's: training again completes the model
-    assert set(files(out)) == set(old) and not (out / STAGING).exists()
+    # the folder is still csekit's, and the dead run's lock is taken over: training again completes the model
+    assert cli.main(RECIPE) == 0
+    assert set(files(out)) == set(old) and not (out / ".csekit-lock").exists()

@@ -8,8 +8,10 @@ library's own words).
 
 import hashlib
 import json
+import os
 import re
 import shlex
+import socket
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,6 +35,19 @@ NO_CONFIG = "weights-only: model folder has weights but no config.json"
 NOT_CSEKIT = ("--output_dir not-csekit: exists and is not a csekit output folder (no training_args.json, checkpoint-* "
               "or csekit config.json); choose another folder or pass --overwrite_output_dir true")
 OUTPUT_FOLDER = "--output not-csekit: is a folder; give a file name, e.g. not-csekit/results.json"
+EMPTY_CONFIG = ("empty-config/config.json: not valid JSON (Expecting value, line 1 column 1); save or download the "
+                "model again")
+NO_MODEL_TYPE = ("no-model-type/config.json: no model_type; save the model with transformers' save_pretrained (or add "
+                 'e.g. "model_type": "bert")')
+REMOTE_CODE = ("remote-code/config.json: model_type 'my-own-model' needs the folder's own code (trust_remote_code), "
+               "which csekit never runs; use a model that transformers implements")
+PICKLE = ("pickle-only: refused pytorch_model.bin: pickled weights can run code when loaded, and csekit loads "
+          "safetensors only; convert them (e.g. model.save_pretrained(folder) in a trusted environment)")
+BIG_VOCAB = ("big-vocab: its tokenizer has … tokens but the model's embedding matrix has 100 rows; use the tokenizer "
+             "saved with the model")
+NO_EPOCHS = "--num_train_epochs 0: no training step would run; give --num_train_epochs > 0 or --max_steps > 0"
+LOCKED = ("--output_dir locked: in use by process … on … (locked/.csekit-lock); wait for it to end or choose another "
+          "--output_dir (delete the lock file only if that run is gone)")
 E = "csekit: error: "
 
 ROWS = [
@@ -150,7 +165,86 @@ ROWS = [
     Row("csekit download nli --data-dir data", "not cached, offline",
         E + "nli_for_simcse.csv: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set; "
         "`csekit download nli` fetches it (49 MB) on a machine that reaches the Hub"),
+    # checked before work: the model with its tokenizer (every command), hyper-parameters, outputs, resume, YAML
+    Row("csekit train simcse --model_name_or_path empty-config", "empty `config.json`", E + EMPTY_CONFIG),
+    Row("csekit train simcse --model_name_or_path bad-json-config", "`config.json` that is not JSON",
+        E + "bad-json-config/config.json: not valid JSON (Expecting property name enclosed in double quotes, line 1 "
+        "column 2); save or download the model again"),
+    Row("csekit train simcse --model_name_or_path no-model-type", "`config.json` without `model_type`",
+        E + NO_MODEL_TYPE),
+    Row("csekit train simcse --model_name_or_path remote-code", "model that needs its own code", E + REMOTE_CODE),
+    Row("csekit train simcse --model_name_or_path pickle-only", "pickled weights only", E + PICKLE),
+    Row("csekit train simcse --model_name_or_path big-vocab", "tokenizer larger than the embedding matrix",
+        E + BIG_VOCAB),
+    Row("csekit train simcse --model_name_or_path short-positions", "position embeddings shorter than the length",
+        E + "short-positions: inputs of 32 tokens need 32 position embeddings, the model has 8; pass "
+        "--max_seq_length 8 or less"),
+    Row("csekit train simcse --learning_rate -1", "negative learning rate",
+        E + "--learning_rate -1: must be 0 or more"),
+    Row("csekit train simcse --gradient_accumulation_steps 0", "no accumulation step",
+        E + "--gradient_accumulation_steps 0: must be 1 or more (1 = no accumulation)"),
+    Row("csekit train simcse --num_train_epochs 0", "no training step", E + NO_EPOCHS),
+    Row("csekit train simcse --resume_from_checkpoint nosuch", "missing resume folder",
+        E + "--resume_from_checkpoint nosuch: no such folder; give a checkpoint-N folder or 'last'"),
+    Row("csekit train simcse --output_dir trained --resume_from_checkpoint last", "`last` without a checkpoint",
+        E + "--resume_from_checkpoint last: no complete checkpoint in trained; start without --resume_from_checkpoint"),
+    Row("csekit train simcse --output_dir trained --resume_from_checkpoint trained/checkpoint-2",
+        "incomplete checkpoint", E + "--resume_from_checkpoint trained/checkpoint-2: incomplete checkpoint (no "
+        "trainer_state.json); give another one or 'last'"),
+    Row("csekit train simcse --config bad.yaml", "YAML syntax error",
+        "csekit train simcse: error: --config bad.yaml: not valid YAML (line 2: …) (see csekit train simcse --help)"),
+    Row("csekit train simcse --config list.yaml", "YAML holding a list",
+        "csekit train simcse: error: --config list.yaml: holds a list; write one 'flag: value' line per setting (e.g. "
+        "learning_rate: 3.0e-5) (see csekit train simcse --help)"),
+    Row("csekit train simcse --train_file a-folder", "folder as training file",
+        E + "a-folder: is a folder; give a file (one sentence a line, or sent0,sent1 CSV rows)"),
+    Row("csekit train simcse --output_dir afile/sub", "output folder under a file",
+        E + "--output_dir afile/sub: afile is a file, not a folder; choose another path"),
+    Row("csekit train simcse --output_dir /proc/csekit-out", "output folder that cannot be written",
+        E + "--output_dir /proc/csekit-out: cannot write in /proc (…); choose a folder you can write to"),
+    Row("csekit train simcse --output_dir locked", "output folder another run holds", E + LOCKED),
+    Row("csekit train simcse --data_dir missing", "missing data folder",
+        E + "no data folder found (tried: missing); pass --data-dir, set CSEKIT_DATA_DIR, or run "
+        "`csekit download senteval`"),
+    Row("csekit train clsr --model_name_or_path empty-config", "empty `config.json`", E + EMPTY_CONFIG),
+    Row("csekit train clsr --model_name_or_path remote-code", "model that needs its own code", E + REMOTE_CODE),
+    Row("csekit train clsr --model_name_or_path pickle-only", "pickled weights only", E + PICKLE),
+    Row("csekit train clsr --model_name_or_path big-vocab", "tokenizer larger than the embedding matrix",
+        E + BIG_VOCAB),
+    Row("csekit train clsr --learning_rate -1", "negative learning rate", E + "--learning_rate -1: must be 0 or more"),
+    Row("csekit train clsr --num_train_epochs 0", "no training step", E + NO_EPOCHS),
+    Row("csekit train clsr --resume_from_checkpoint nosuch", "missing resume folder",
+        E + "--resume_from_checkpoint nosuch: no such folder; give a checkpoint-N folder or 'last'"),
+    Row("csekit train clsr --config bad.yaml", "YAML syntax error",
+        "csekit train clsr: error: --config bad.yaml: not valid YAML (line 2: …) (see csekit train clsr --help)"),
+    Row("csekit train clsr --output_dir afile/sub", "output folder under a file",
+        E + "--output_dir afile/sub: afile is a file, not a folder; choose another path"),
+    Row("csekit train clsr --output_dir locked", "output folder another run holds", E + LOCKED),
+    Row("csekit evaluate empty-config", "empty `config.json`", E + EMPTY_CONFIG),
+    Row("csekit evaluate remote-code", "model that needs its own code", E + REMOTE_CODE),
+    Row("csekit evaluate pickle-only", "pickled weights only", E + PICKLE),
+    Row("csekit evaluate big-vocab", "tokenizer larger than the embedding matrix", E + BIG_VOCAB),
+    Row("csekit evaluate short-positions --max-length 32", "position embeddings shorter than the length",
+        E + "short-positions: inputs of 32 tokens need 32 position embeddings, the model has 8; pass --max-length 8 or "
+        "less"),
+    Row("csekit evaluate tiny --output /proc/csekit/results.json", "output file that cannot be written",
+        E + "--output /proc/csekit/results.json: cannot write in /proc (…); choose a folder you can write to"),
+    Row("csekit evaluate tiny --output afile/results.json", "output file under a file",
+        E + "--output afile/results.json: afile is a file, not a folder; choose another path"),
+    Row("csekit extract --models empty-config", "empty `config.json`", E + EMPTY_CONFIG),
+    Row("csekit extract --models no-model-type", "`config.json` without `model_type`", E + NO_MODEL_TYPE),
+    Row("csekit extract --models remote-code", "model that needs its own code", E + REMOTE_CODE),
+    Row("csekit extract --models big-vocab", "tokenizer larger than the embedding matrix", E + BIG_VOCAB),
+    Row("csekit extract --output /proc/csekit/grid.json", "output file that cannot be written",
+        E + "--output /proc/csekit/grid.json: cannot write in /proc (…); choose a folder you can write to"),
+    Row("csekit card empty-config", "empty `config.json`", E + EMPTY_CONFIG),
+    Row("csekit export-st tiny /proc/csekit-st", "output folder that cannot be written",
+        E + "OUT_DIR /proc/csekit-st: cannot write in /proc (…); choose a folder you can write to"),
+    Row("csekit export-st tiny afile/st", "output folder under a file",
+        E + "OUT_DIR afile/st: afile is a file, not a folder; choose another path"),
+    Row("csekit export-st empty-config st", "empty `config.json`", E + EMPTY_CONFIG),
 ]
+
 # flags a row's command gets unless it gives them (the table stays readable)
 DEFAULTS = {
     "csekit train simcse": ["--model_name_or_path", "bert", "--train_file", "sentences.txt", "--output_dir", "out"],
@@ -224,7 +318,32 @@ def workspace(tmp_path_factory, tokenizer):
     (folder / "wrong-columns.csv").write_text("premise,hypothesis\na,b\n")
     (folder / "not-csekit").mkdir()
     (folder / "not-csekit" / "notes.txt").write_text("someone's notes\n")
+    for name, config in (("empty-config", ""), ("bad-json-config", "{model_type: bert}"),
+                         ("no-model-type", '{"hidden_size": 32}'),
+                         ("remote-code", '{"model_type": "my-own-model", "auto_map": {"AutoModel": "m.M"}}')):
+        copy_folder(folder / "bert", folder / name)
+        (folder / name / "config.json").write_text(config)
+    copy_folder(folder / "bert", folder / "pickle-only")
+    (folder / "pickle-only" / "model.safetensors").rename(folder / "pickle-only" / "pytorch_model.bin")
+    BertModel(tiny_bert_config(vocab_size=100)).save_pretrained(folder / "big-vocab")
+    tokenizer.save_pretrained(folder / "big-vocab")
+    BertModel(tiny_bert_config(max_position_embeddings=8)).save_pretrained(folder / "short-positions")
+    tokenizer.save_pretrained(folder / "short-positions")
+    (folder / "bad.yaml").write_text("learning_rate: 1e-3\n  seed: [7\n")
+    (folder / "list.yaml").write_text("- a\n- b\n")
+    (folder / "a-folder").mkdir()
+    (folder / "afile").write_text("a file\n")
+    (folder / "trained" / "checkpoint-2").mkdir(parents=True)  # a csekit output folder with a broken checkpoint
+    (folder / "trained" / "training_args.json").write_text("{}\n")
+    (folder / "locked").mkdir()  # a folder this (running) process holds
+    (folder / "locked" / ".csekit-lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     return folder
+
+
+def copy_folder(source: Path, destination: Path) -> None:
+    destination.mkdir()
+    for path in source.iterdir():
+        (destination / path.name).write_bytes(path.read_bytes())
 
 
 def snapshot(folder: Path) -> dict:

@@ -32,8 +32,10 @@ from transformers import get_cosine_schedule_with_warmup
 from ..errors import DataError
 from ..evaluation.sts import CachedSTSEvaluator
 from ..modeling.losses import nt_xent_loss
+from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, check_training_arguments, find_checkpoint
 from .clsr_data import HeldOutSentences, PairCorpus, assert_disjoint_from_held_out, require_full_batch
 from .lars import LARS, lars_param_groups
+from .output_dir import PARTIAL_CHECKPOINT_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -74,24 +76,13 @@ class CLSRTrainingArguments:
                                 "checkpoint folder; the result equals the uninterrupted run."}
     )
 
+    def __post_init__(self):
+        check_training_arguments(self)
+        if self.eval_epochs < 1 or self.warmup_epochs < 0 or self.save_epochs < 0:
+            raise DataError("--eval_epochs must be >= 1, --warmup_epochs and --save_epochs >= 0")
 
-CHECKPOINT_PREFIX = "checkpoint-"
-STATE_FILE, RECORD_FILE = "state.safetensors", "trainer_state.json"  # no pickle: tensors + JSON
 
-
-def find_checkpoint(output_dir, which: str) -> Path:
-    """The checkpoint folder ``which`` names: ``last`` is the newest complete one in ``output_dir``."""
-    if which != "last":
-        folder = Path(which)
-        if not (folder / STATE_FILE).is_file() or not (folder / RECORD_FILE).is_file():
-            raise DataError(f"--resume_from_checkpoint {which}: not a CLSR checkpoint ({STATE_FILE} + {RECORD_FILE})")
-        return folder
-    found = sorted((int(path.name[len(CHECKPOINT_PREFIX):]), path)
-                   for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
-                   if path.name[len(CHECKPOINT_PREFIX):].isdigit() and (path / RECORD_FILE).is_file())
-    if not found:
-        raise DataError(f"--resume_from_checkpoint last: no checkpoint in {output_dir}; start without it")
-    return found[-1][1]
+STATE_FILE, RECORD_FILE = "state.safetensors", CHECKPOINT_RECORD  # no pickle: tensors + JSON; the record last
 
 
 def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, generator, best: dict, history: list,
@@ -113,7 +104,7 @@ def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, gen
               "best_epoch": best["epoch"], "best_dev": best["dev"], "history": history,
               "epoch_losses": [float(loss) for loss in epoch_losses]}  # the epochs since the last logged record
     output_dir = Path(output_dir)
-    staging = output_dir / f".{CHECKPOINT_PREFIX}{epoch}.partial"
+    staging = output_dir / f"{PARTIAL_CHECKPOINT_PREFIX}{epoch}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     save_file({name: value.detach().cpu().contiguous() for name, value in tensors.items()}, str(staging / STATE_FILE))
@@ -166,8 +157,6 @@ class CLSRTrainer:
         if train_vectors.shape[0] != len(corpus.sentences):
             raise ValueError(f"{train_vectors.shape[0]} vectors for {len(corpus.sentences)} sentences")
         require_full_batch(corpus, args.per_device_train_batch_size)
-        if args.num_train_epochs < 1 or args.eval_epochs < 1 or args.warmup_epochs < 0 or args.save_epochs < 0:
-            raise DataError("num_train_epochs and eval_epochs must be >= 1, warmup_epochs and save_epochs >= 0")
         self.model = model
         self.args = args
         self.corpus = corpus
@@ -211,7 +200,7 @@ class CLSRTrainer:
         history, best = [], {"epoch": None, "dev": -float("inf"), "state": None}
         first_epoch, epoch_losses = 0, []
         if args.resume_from_checkpoint:
-            folder = find_checkpoint(args.output_dir, args.resume_from_checkpoint)
+            folder = Path(find_checkpoint(args.output_dir, args.resume_from_checkpoint))
             first_epoch, best, history, epoch_losses = load_checkpoint(folder, trainable, optimizer, scheduler,
                                                                        generator, self.device)
             logger.info("resumed from %s at epoch %d", folder, first_epoch)

@@ -9,8 +9,9 @@ a setting is declared once, in ``modeling/``. The shared vocabulary of the four 
   dataset), ``--data_dir``, ``--do_test_eval``, ``--overwrite_output_dir``;
 * training: ``transformers.TrainingArguments`` (``--output_dir``, ``--seed``, ``--report_to``, ...).
 
-Bad input ends with one line and exit status 2 before anything is written (:func:`main_guard`, the one-line
-:class:`RecipeArgumentParser`, :func:`prepare_output_dir`); the final model appears whole or not at all.
+Bad input ends with one line and exit status 2 before anything is written (:mod:`csekit.preflight`, the one-line
+:class:`RecipeArgumentParser`, :class:`~csekit.trainers.output_dir.RunFolder`, :func:`main_guard`); the final model
+appears whole or not at all.
 
 ``recipes/simcse.py`` is the smallest example.
 """
@@ -21,7 +22,6 @@ import inspect
 import json
 import logging
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,21 +32,22 @@ import torch
 import yaml
 from accelerate import PartialState
 from huggingface_hub import constants
-from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
+from transformers import AutoConfig, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
 
-from ..atomic import STAGING, commit_files, write_json, write_text
+from ..atomic import commit_files, write_json, write_text
 from ..data import DATA_DIR_HELP, resolve_data_dir
-from ..errors import DataError, OneLineUsageErrors
+from ..errors import DataError, OneLineUsageErrors, report_errors
 from ..evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvaluator, format_sts_table
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from ..modeling import CLSRConfig, CLSRModel
 from ..options import positive_int
+from ..preflight import check_model_inputs, check_training_arguments, find_checkpoint, load_tokenizer, read_model_config
 from .clsr import CLSRTrainer, CLSRTrainingArguments
 from .clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from .collators import ContrastiveCollator
 from .data import load_training_dataset
 from .embedding_cache import EmbeddingCache
+from .output_dir import RunFolder, is_csekit_output
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +178,9 @@ class CSETrainingArguments(TrainingArguments):
         # `accelerate launch --multi_gpu --num_processes N` join one gloo group; otherwise each trains alone.
         if not torch.accelerator.is_available():
             self.use_cpu = True
+        check_training_arguments(self)
+        if self.eval_strategy == "no":  # no evaluation: nothing to select the best checkpoint by
+            self.load_best_model_at_end = False
         super().__post_init__()
 
 
@@ -209,14 +213,28 @@ def parse_recipe_args(
         path = resolve_recipe_config(config_path)
         if path is None:
             parser.error(f"--config {config_path}: no such file (shipped configs: {', '.join(shipped_configs())})")
-        values = yaml.safe_load(path.read_text()) or {}
+        try:
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"line {mark.line + 1}: " if mark else ""
+            reason = getattr(error, "problem", None) or type(error).__name__
+            parser.error(f"--config {path}: not valid YAML ({where}{reason})")
+        if not isinstance(values, dict):
+            parser.error(f"--config {path}: holds a {type(values).__name__}; write one 'flag: value' line per setting "
+                         "(e.g. learning_rate: 3.0e-5)")
         known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             parser.error(f"{path}: unknown key(s) {', '.join(unknown)}")
         parser.set_defaults(**values)
     # the outputs also hold the namespace of --config (declared only for --help) and the leftover strings
-    *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    try:
+        *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    except ValueError as error:  # TrainingArguments' own validation of a value combination (DataError: ours)
+        if isinstance(error, DataError):
+            raise
+        parser.error(str(error).strip().splitlines()[0])
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
     for group in outputs[: len(dataclass_types)]:
@@ -234,38 +252,6 @@ def write_arguments(output_dir, **groups) -> None:
     record = {name: (value.to_dict() if hasattr(value, "to_dict") else dataclasses.asdict(value))
               for name, value in groups.items()}
     write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(record, indent=2, default=str) + "\n")
-
-
-# ------------------------------------------------------------------------------------------------ the output folder
-def is_csekit_output(folder: Path) -> bool:
-    """Whether ``folder`` is (the start of) a csekit run's output: ``training_args.json``, ``checkpoint-*`` folders,
-    an interrupted final save, or the ``config.json`` of a csekit model."""
-    if (folder / ARGUMENTS_FILE).is_file() or (folder / STAGING).is_dir() or any(folder.glob("checkpoint-*/")):
-        return True
-    try:
-        return json.loads((folder / "config.json").read_text()).get("model_type", "").startswith("csekit-")
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def prepare_output_dir(output_dir, overwrite: bool = False) -> Path:
-    """Check ``--output_dir`` before anything is read or written, and remove what a final save killed midway left.
-
-    Raises :class:`DataError` for a file, or for an existing non-empty folder that is not a csekit output
-    (:func:`is_csekit_output`) unless ``overwrite``; a csekit run's own folder is fine (resuming, re-training).
-    The final model is then built in ``output_dir/.csekit-staging`` and moved in by
-    :func:`csekit.atomic.commit_files` (``config.json`` last): the folder also holds ``checkpoint-*``, so it cannot
-    be swapped whole, and a reader sees the previous final model, no model (no ``config.json``), or the new one.
-    """
-    folder = Path(output_dir)
-    if folder.exists() and not folder.is_dir():
-        raise DataError(f"--output_dir {folder}: is a file, not a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not overwrite and not is_csekit_output(folder):
-        raise DataError(f"--output_dir {folder}: exists and is not a csekit output folder (no training_args.json, "
-                        "checkpoint-* or csekit config.json); choose another folder or pass "
-                        "--overwrite_output_dir true")
-    shutil.rmtree(folder / STAGING, ignore_errors=True)
-    return folder / STAGING
 
 
 # ------------------------------------------------------------------------------------------------ the runner
@@ -335,7 +321,9 @@ def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict
 def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
     """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets.
 
-    With ``--push_to_hub --hub_model_id NAME`` the scored folder is then published as ``csekit push`` does.
+    Everything the run needs is checked before its first step (:mod:`csekit.preflight`): the output folder, the
+    resume target, the evaluation data, the model with its tokenizer, the training data. With ``--push_to_hub
+    --hub_model_id NAME`` the scored folder is then published as ``csekit push`` does.
 
     Returns:
         the test results ``{"STS12": ..., "avg": ...}`` (empty if ``do_test_eval`` is off).
@@ -349,43 +337,52 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     if training_args.fp16 and training_args.device.type == "cpu":  # accelerate would silently train in float32
         raise DataError("--fp16 needs a GPU; on CPU use --bf16 true (bfloat16 autocast)")
     training_args.push_to_hub = False  # the Trainer must not push checkpoints: we publish once, after the test scores
-    staging = prepare_output_dir(training_args.output_dir, data_args.overwrite_output_dir)
+    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir)
+    resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)
+    dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
+    dev = STSEvaluator(data_dir, dev_tasks, split="dev")
+    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
     model_path = resolve_model_path(model_args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
+    check_model_inputs(model_args.model_name_or_path, read_model_config(model_path), tokenizer,
+                       data_args.max_seq_length, "--max_seq_length")
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
     train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
                                           data_args.max_train_samples)
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
-    dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
     trainer = recipe.trainer_class(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
         data_collator=recipe.collator(tokenizer, model, data_args, extra_args),
         processing_class=tokenizer,
-        sts_evaluator=STSEvaluator(data_dir, dev_tasks, split="dev"),
+        sts_evaluator=dev,
     )
-    resume = training_args.resume_from_checkpoint
-    trainer.train(resume_from_checkpoint=True if resume == "last" else resume)
-    # the final model, its arguments and test scores are built in the staging folder and appear together
-    trainer.save_model(str(staging))  # on every process (sharded states are gathered); the main one writes
-    results = {}
-    if trainer.is_world_process_zero():
-        arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
-                         **({"extra_args": extra_args} if extra_args else {}))
-        record = table = None
-        if data_args.do_test_eval:
-            evaluator = STSEvaluator(data_dir, STS_TASKS, split="test")
-            results = evaluator(lambda sentences: model.eval().encode(sentences, batch_size=128))
-            record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
-            table = format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)")
-        finish_run(staging, training_args.output_dir, arguments, record, table)
-        if publish:
-            print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
-    return results
+    folder.acquire(lock=trainer.is_world_process_zero())
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+        with folder.keeping_trained_model(trainer.is_world_process_zero()):
+            # the final model, its arguments and test scores are built in the run's staging folder, then appear
+            # together in output_dir
+            trainer.save_model(str(folder.staging))  # on every process (sharded states are gathered); one writes
+            if not trainer.is_world_process_zero():
+                return {}
+            arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
+                             **({"extra_args": extra_args} if extra_args else {}))
+            results = record = table = None
+            if test is not None:
+                results = test(lambda sentences: model.eval().encode(sentences, batch_size=128))
+                record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
+                table = format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)")
+            finish_run(folder.staging, training_args.output_dir, arguments, record, table)
+    finally:
+        folder.release()
+    if publish:
+        print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
+    return results or {}
 
 
 # ------------------------------------------------------------------------------------------------ CLSR
@@ -445,15 +442,18 @@ class CLSRRecipe:
             if backbone.random_init_num_layers is not None:
                 raise DataError("--random_init_num_layers needs --random_init true")
             path = resolve_model_path(args.model_name_or_path)
+            tokenizer = load_tokenizer(args.model_name_or_path, path)
+            check_model_inputs(args.model_name_or_path, read_model_config(path), tokenizer, None, "--max_seq_length")
             model = CLSRModel.from_encoder(path, **options)
         else:  # a config (and tokenizer) is all a random backbone needs
             path = resolve_model_path(args.model_name_or_path, require_weights=False)
+            tokenizer = load_tokenizer(args.model_name_or_path, path)
             encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
             if backbone.random_init_num_layers is not None:
                 encoder_config.num_hidden_layers = backbone.random_init_num_layers
             model = CLSRModel(CLSRConfig(encoder_config=encoder_config.to_dict(), **options))
             model.config.name_or_path = path
-        model.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model.tokenizer = tokenizer
         return model
 
     def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> None:
@@ -470,8 +470,11 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     state = PartialState(cpu=not torch.accelerator.is_available())
     if not state.is_main_process:  # every process trains the same head; one writes the logs
         training_args = dataclasses.replace(training_args, report_to="none")
-    staging = prepare_output_dir(training_args.output_dir, data_args.overwrite_output_dir)
+    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir)
+    find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # checked now; resumed by train()
     data_dir = resolve_data_dir(data_args.data_dir)
+    dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
+    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
     model = recipe.build_model(model_args, backbone_args, training_args.seed).to(state.device)
     held_out = held_out_sentences(data_dir)
     first, second = load_positive_pairs(data_args.train_file, data_dir)
@@ -481,10 +484,20 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
     if dev_overlap:
         logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))
+    folder.acquire(lock=state.is_main_process)
+    try:
+        run_clsr_training(folder, model, corpus, held_out, dev, test, state, model_args, backbone_args, data_args,
+                          training_args)
+    finally:
+        folder.release()
+
+
+def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, state, model_args, backbone_args,
+                      data_args, training_args) -> None:
+    """:func:`run_clsr_recipe` once everything is checked and the output folder is held."""
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
     train_entry = cache.get(model, corpus.sentences, data_args.encode_batch_size, across_processes=True)
-    dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
     dev_vectors = cache.get(model, dev.sentences(), data_args.encode_batch_size, across_processes=True).vectors
     dev_evaluator = CachedSTSEvaluator(dev, dev_vectors)
     pooling_seconds = time.perf_counter() - start
@@ -493,49 +506,50 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator,
                           is_main_process=state.is_main_process)
     summary = trainer.train()
-    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None
     test_vectors = (cache.get(model, test.sentences(), data_args.encode_batch_size, across_processes=True).vectors
                     if test else None)
     if not state.is_main_process:
         return
-    model.save_pretrained(staging)  # model, arguments and scores appear in output_dir together (finish_run)
-    model.tokenizer.save_pretrained(staging)
-    record = {
-        "model": training_args.output_dir, "base_model": model_args.model_name_or_path,
-        "pooler": model.config.pooler_type, "train_data": data_args.train_file, "test_overlap": data_args.test_overlap,
-        "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped, "overlap_pairs": corpus.overlap,
-        "contaminated": corpus.contaminated, "pooling_seconds": round(pooling_seconds, 1),
-        "train_cache": train_entry.status, **summary, "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
-    }
-    table = None
-    if test is not None:
-        test_evaluator = CachedSTSEvaluator(test, test_vectors)
-        record["base_sts"], record["sts"] = test_evaluator(), test_evaluator(model.mlp)
-        clsr_row = f"+ CLSR ({data_args.train_file})"
-        rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
-                clsr_row: record["sts"]}
-        table = format_sts_table(rows, title="STS test (Spearman x100)", contaminated={clsr_row: corpus.contaminated})
-    arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
-                     training_args=training_args)
-    finish_run(staging, training_args.output_dir, arguments, record, table)
+    with folder.keeping_trained_model():
+        model.save_pretrained(folder.staging)  # model, arguments and scores appear in output_dir together
+        model.tokenizer.save_pretrained(folder.staging)
+        record = {
+            "model": training_args.output_dir, "base_model": model_args.model_name_or_path,
+            "pooler": model.config.pooler_type, "train_data": data_args.train_file,
+            "test_overlap": data_args.test_overlap, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
+            "overlap_pairs": corpus.overlap, "contaminated": corpus.contaminated,
+            "pooling_seconds": round(pooling_seconds, 1), "train_cache": train_entry.status, **summary,
+            "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
+        }
+        table = None
+        if test is not None:
+            test_evaluator = CachedSTSEvaluator(test, test_vectors)
+            record["base_sts"], record["sts"] = test_evaluator(), test_evaluator(model.mlp)
+            clsr_row = f"+ CLSR ({data_args.train_file})"
+            rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
+                    clsr_row: record["sts"]}
+            table = format_sts_table(rows, title="STS test (Spearman x100)",
+                                     contaminated={clsr_row: corpus.contaminated})
+        arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
+                         training_args=training_args)
+        finish_run(folder.staging, training_args.output_dir, arguments, record, table)
 
 
 def main_guard(main: Callable, argv: Optional[list] = None) -> None:
-    """Run a recipe's ``main``; bad input or an invalid model config ends with one line on stderr and exit status 2
-    instead of a traceback."""
-    try:
+    """Run a recipe's ``main`` as ``python recipes/X.py`` / ``accelerate launch`` do, in the commands' error boundary
+    (:func:`csekit.errors.report_errors`): bad input ends with one line on stderr and exit status 2."""
+    def run() -> int:
         main(argv)
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    except StrictDataclassError as error:  # config validators: report their own message
-        print(f"error: invalid model configuration: {error.__cause__ or error}", file=sys.stderr)
-        sys.exit(2)
+        return 0
+
+    code = report_errors(run)
+    if code:
+        sys.exit(code)
 
 
 __all__ = [
     "BackboneArguments", "CLSRDataArguments", "CLSRRecipe", "CSETrainingArguments", "ContrastiveDataArguments",
     "ContrastiveRecipe", "DataArguments", "RecipeArgumentParser", "config_kwargs", "docstring_arguments",
-    "finish_run", "is_csekit_output", "main_guard", "model_arguments", "parse_recipe_args", "prepare_output_dir",
+    "finish_run", "is_csekit_output", "main_guard", "model_arguments", "parse_recipe_args",
     "run_recipe", "write_arguments",
 ]

@@ -1,14 +1,23 @@
-"""Trainer extensions: combined contrastive losses with per-component logging and STS-based model selection."""
+"""Trainer extensions: combined contrastive losses with per-component logging, STS-based model selection, and
+checkpoints that appear only when complete."""
 
+import os
+import shutil
 from collections import defaultdict
+from pathlib import Path
 from typing import Optional
 
 import torch
 from huggingface_hub import HfApi
 from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from ..atomic import move_into_place
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
+from .output_dir import PARTIAL_CHECKPOINT_PREFIX
+
+TRAINER_STATE = "trainer_state.json"
 
 
 class ContrastiveTrainer(Trainer):
@@ -49,6 +58,7 @@ class ContrastiveTrainer(Trainer):
         self.eval_batch_size = eval_batch_size
         self._component_sums = defaultdict(float)
         self._component_count = 0
+        self._checkpoint_run_dir = None
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         raise NotImplementedError
@@ -91,6 +101,42 @@ class ContrastiveTrainer(Trainer):
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+    # ---------------------------------------------------------------------------------------------- checkpoints
+    def _get_output_dir(self, trial) -> str:
+        return self._checkpoint_run_dir or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The Trainer's checkpoint, visible only when complete. The Trainer writes ``checkpoint-N`` (model,
+        optimizer, scheduler, random states, ``trainer_state.json`` last) into the hidden ``.partial-checkpoint-N``
+        (its run folder is redirected there through ``_get_output_dir``), which is then renamed into
+        ``output_dir``: a kill inside the save leaves the complete checkpoints as they were plus a hidden folder the
+        next run removes. Rotation (``save_total_limit``) runs after the rename, so it never removes the newest
+        complete checkpoint, nor the best one."""
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        partial = run_dir / f"{PARTIAL_CHECKPOINT_PREFIX}{self.state.global_step}"
+        if self.args.should_save:
+            shutil.rmtree(partial, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_run_dir = str(partial)
+        try:
+            super()._save_checkpoint(model, trial)  # its rotation sees the one checkpoint of `partial`: a no-op
+        finally:
+            self._checkpoint_run_dir = None
+        self.accelerator.wait_for_everyone()  # every process wrote its random state
+        if self.args.should_save:  # (a multi-node run without a shared folder needs --save_on_each_node)
+            if self.state.best_global_step == self.state.global_step:  # the Trainer recorded the hidden path
+                self.state.best_model_checkpoint = str(run_dir / name)
+                self.state.save_to_json(str(partial / name / TRAINER_STATE))
+            for path in (partial / name).iterdir():
+                with open(path, "rb") as stream:
+                    os.fsync(stream.fileno())
+            move_into_place(partial / name, run_dir / name)
+            shutil.rmtree(partial, ignore_errors=True)
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+        self.accelerator.wait_for_everyone()
 
     def push_to_hub(
         self, commit_message: str = "End of training", private: Optional[bool] = None, token: Optional[str] = None

@@ -5,11 +5,12 @@
     csekit evaluate MODEL --tasks transfer,clustering [--transfer-protocol senteval|fast] [--transfer-jobs N]
 """
 
-from ..atomic import output_file, write_json
+from ..atomic import write_json
 from ..data import resolve_data_dir
 from ..errors import DataError
 from ..modeling.pooling import POOLER_TYPES
 from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
+from ..preflight import check_output_file
 from .sts import STS_TASKS, STSEvaluator, format_sts_table
 from .suites import SUITES
 from .transfer import PROTOCOLS as TRANSFER_PROTOCOLS
@@ -51,7 +52,7 @@ def run_evaluate(args) -> int:
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from "
                         f"{', '.join(SUITES)}")
     resolve_device(args.device)  # a bad --device fails before any data is read
-    output = output_file(args.output) if args.output else None  # a bad --output fails before any work
+    output = check_output_file(args.output) if args.output else None  # a bad --output fails before any work
     data_dir = resolve_data_dir(args.data_dir)
     evaluator = STSEvaluator(data_dir, STS_TASKS, split="test") if "sts" in suites else None
     embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size, args.device)

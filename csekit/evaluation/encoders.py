@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import AutoConfig, AutoModel
 
 from ..errors import DataError
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
 from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
+from ..preflight import check_model_inputs, load_tokenizer, read_model_config
 
 ST_POOLING_MODES = {"pooling_mode_mean_tokens": "avg", "pooling_mode_cls_token": "cls_before_pooler"}
 
@@ -67,11 +68,12 @@ def load_embedder(
     if pooler is not None and pooler not in POOLER_TYPES:
         raise DataError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
     path = resolve_model_path(name_or_path)
+    tokenizer = load_tokenizer(name_or_path, path)
+    check_model_inputs(name_or_path, read_model_config(path), tokenizer, max_length, "--max-length")
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as error:
-        raise DataError(f"{name_or_path}: cannot read its config or tokenizer ({str(error).splitlines()[0]})") from None
+        raise DataError(f"{name_or_path}: cannot read its config ({str(error).splitlines()[0]})") from None
     if config.model_type.startswith("csekit-"):
         overrides = {} if pooler is None else {"pooler_type": pooler}
         model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32, **overrides)

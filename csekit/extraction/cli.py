@@ -8,7 +8,7 @@
 
 import time
 
-from ..atomic import output_file, write_json, write_text
+from ..atomic import write_json, write_text
 from ..data import read_reference_corpus, resolve_data_dir, resolve_data_file
 from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
@@ -16,6 +16,7 @@ from ..evaluation.suites import SUITE_TITLES, SUITES, format_table
 from ..evaluation.transfer import PROTOCOLS as TRANSFER_PROTOCOLS
 from ..loading import resolve_device
 from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
+from ..preflight import check_output_file
 from .extractor import AGGREGATIONS, LAYER_PRESETS, Extractor, HiddenStateCache, load_reference
 from .grid import STS_FIT_SETS, evaluation_units, run_grid
 from .postprocessing import STEP_NAMES
@@ -123,7 +124,7 @@ def format_grid(rows: list) -> str:
 
 
 def run_extract(args) -> int:
-    output = output_file(args.output) if args.output else None  # a bad --output fails before any work
+    output = check_output_file(args.output) if args.output else None  # a bad --output fails before any work
     resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)
     suites = _list(args.tasks)

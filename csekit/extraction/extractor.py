@@ -43,6 +43,7 @@ from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import deduplicate
 from ..modeling.modeling_encoder import build_encoder
 from ..modeling.pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, masked_mean, mean_layer_states
+from ..preflight import check_model_inputs, load_tokenizer, read_model_config
 from ..tensor_cache import entry_path, load_entry, save_entry
 from .idf import (
     bias_token_table,
@@ -122,7 +123,8 @@ def load_transformer(name: str, data_dir, seed: int = 42, device: Optional[str] 
         return TransformerSource(f"random-bert(seed={seed})", model, AutoTokenizer.from_pretrained(folder))
     path = resolve_model_path(name)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = load_tokenizer(name, path)
+    check_model_inputs(name, read_model_config(path), tokenizer, None, "--max-length")
     if config.model_type.startswith("csekit-"):
         model = AutoModel.from_pretrained(path, local_files_only=True).encoder
     else:

@@ -5,16 +5,24 @@ its ``auto_map``, the model code files that ``auto_map`` names (with their same-
 model card, ``eval_results.json``, and the JSON training arguments and card figure when present. ``*.bin`` /
 ``training_args.bin`` / optimizer states are never uploaded, so loading the repository never unpickles anything.
 
+Nothing local is published: in the uploaded copies of the JSON records and the card, a local path the run was given
+(``/home/me/data/wiki.txt``, ``outputs/run3``) appears as its base name, and the card says so; a Hub id stays as it
+is (:func:`publishable_copy`).
+
     files = files_to_push("outputs/simcse")           # validate + list, no network
     push_to_hub("outputs/simcse", "me/simcse-minilm")  # create_repo + upload_folder(allow_patterns=files)
 """
 
 import json
+import os
+import re
+import shutil
 from pathlib import Path
 from typing import Optional
 
 from huggingface_hub import HfApi, constants
 
+from ..atomic import private_folder, remove_abandoned, write_json, write_text
 from ..errors import DataError
 from ..loading import check_safetensors
 from .figure import FIGURE_FILE
@@ -25,6 +33,52 @@ TOKENIZER_FILES = (
     "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
 )
 OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE)
+# the uploaded files that record what the run was given (paths among them)
+RECORD_FILES = ("config.json", "tokenizer_config.json", ARGUMENTS_FILE, RESULTS_FILE)
+UPLOAD_PREFIX = ".csekit-upload-"
+PATHS_NOTE = ("\n> Local paths of the training run (data files, the base model's and output folders) are shown by "
+              "their base name.\n")
+
+
+def is_local_path(value: str) -> bool:
+    """An absolute path, or a relative one with a folder part that exists here (a Hub id ``org/name`` does not)."""
+    if "://" in value or "\n" in value:
+        return False
+    expanded = os.path.expanduser(value)
+    return os.path.isabs(expanded) or bool(re.match(r"[A-Za-z]:[\\/]", value)) or (
+        ("/" in value or os.sep in value) and Path(expanded).exists())
+
+
+def strip_local_paths(value, replaced: dict):
+    """``value`` (parsed JSON) with every local path string replaced by its base name (recorded in ``replaced``)."""
+    if isinstance(value, dict):
+        return {key: strip_local_paths(item, replaced) for key, item in value.items()}
+    if isinstance(value, list):
+        return [strip_local_paths(item, replaced) for item in value]
+    if isinstance(value, str) and is_local_path(value):
+        replaced[value] = Path(value.rstrip("/\\")).name or value
+        return replaced[value]
+    return value
+
+
+def publishable_copy(model_dir, files: list, destination: Path) -> dict:
+    """``files`` of ``model_dir`` in ``destination`` as they are published: records and card without local paths,
+    the other files linked (copied across file systems) with the folder's permissions. Returns ``{path: name}``."""
+    folder, replaced = Path(model_dir), {}
+    for name in files:
+        if name in RECORD_FILES:
+            write_json(destination / name, strip_local_paths(json.loads((folder / name).read_text()), replaced))
+        elif name != "README.md":
+            try:
+                os.link(folder / name, destination / name)
+            except OSError:
+                shutil.copyfile(folder / name, destination / name)
+    if "README.md" in files:
+        card = (folder / "README.md").read_text()
+        for path in sorted(replaced, key=len, reverse=True):  # a folder's path after the files inside it
+            card = card.replace(path, replaced[path])
+        write_text(destination / "README.md", card + (PATHS_NOTE if replaced else ""))
+    return replaced
 
 
 def code_files(folder: Path, auto_map: dict) -> list:
@@ -102,13 +156,19 @@ def push_to_hub(
     if refresh_card:
         write_model_card(model_dir, repo_id=repo_id, figure="never")
     files = files_to_push(model_dir)
-    api = api or HfApi()
-    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-    commit = api.upload_folder(
-        repo_id=repo_id, repo_type="model", folder_path=str(model_dir), allow_patterns=files,
-        commit_message=commit_message,
-    )
+    remove_abandoned(model_dir, UPLOAD_PREFIX)
+    upload = private_folder(model_dir, UPLOAD_PREFIX)  # beside the weights, so they are linked, not copied
+    try:
+        publishable_copy(model_dir, files, upload)
+        api = api or HfApi()
+        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id, repo_type="model", folder_path=str(upload), allow_patterns=files,
+            commit_message=commit_message,
+        )
+    finally:
+        shutil.rmtree(upload, ignore_errors=True)
     return commit, files
 
 
-__all__ = ["files_to_push", "push_to_hub"]
+__all__ = ["files_to_push", "publishable_copy", "push_to_hub", "strip_local_paths"]

@@ -18,12 +18,13 @@ import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig
 
-from ..atomic import output_file, write_json, write_text
+from ..atomic import write_json, write_text
 from ..errors import DataError
 from ..evaluation.encoders import load_embedder
 from ..evaluation.sts import STS_COLUMNS, STS_TASKS
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
+from ..preflight import check_output_file
 from .figure import FIGURE_FILE, alignment_uniformity_figure
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
@@ -220,7 +221,7 @@ def write_model_card(
     """
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
-    output = output_file(output) if output else None  # before any encoding
+    output = check_output_file(output) if output else None  # before any encoding
     local = Path(model).is_dir()
     folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
     if not local:

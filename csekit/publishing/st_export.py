@@ -23,12 +23,13 @@ from typing import Optional
 
 import numpy as np
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel
 
 from ..atomic import staged_folder, write_json
 from ..errors import DataError
 from ..loading import resolve_model_path
 from ..modeling import SentenceEncoderPreTrainedModel
+from ..preflight import check_model_inputs, check_output_dir, load_tokenizer, read_model_config
 
 LAYOUTS = ("auto", "plain", "remote-code")
 ST_MODULE_FILE = Path(__file__).with_name("csekit_st.py")
@@ -46,10 +47,13 @@ TOLERANCE = 1e-5
 
 def load_csekit_model(model_dir) -> SentenceEncoderPreTrainedModel:
     path = resolve_model_path(str(model_dir))
+    config = read_model_config(path)
+    if not config["model_type"].startswith("csekit-"):
+        raise DataError(f"{model_dir}: not a csekit model (model_type {config['model_type']!r})")
+    tokenizer = load_tokenizer(str(model_dir), path)
+    check_model_inputs(str(model_dir), config, tokenizer, None, "--max-length")
     model = AutoModel.from_pretrained(path, local_files_only=True)
-    if not isinstance(model, SentenceEncoderPreTrainedModel):
-        raise DataError(f"{model_dir}: not a csekit model (model_type {model.config.model_type!r})")
-    model.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model.tokenizer = tokenizer
     return model.eval()
 
 
@@ -103,7 +107,7 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
 
     if layout not in LAYOUTS:
         raise DataError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
-    out_dir = Path(out_dir)
+    out_dir = check_output_dir(out_dir, "OUT_DIR")
     if out_dir.exists() and not overwrite:
         raise DataError(f"{out_dir} already exists (pass --overwrite to replace it)")
     model = load_csekit_model(model_dir)

@@ -1,0 +1,207 @@
+"""Check before work: what a command will need, verified before its first step.
+
+Every command calls these before it trains, encodes or writes anything; each failure is a :class:`DataError` of one
+line, ``<what>: <why>; <how to fix>``, and nothing has been written yet:
+
+* the model: :func:`read_model_config` (``config.json`` readable, with a ``model_type`` transformers knows without
+  running the folder's own code) and :func:`check_model_inputs` (the tokenizer's ids fit the embedding matrix, the
+  longest input fits the position embeddings);
+* the outputs: :func:`check_output_dir` and :func:`check_output_file` (not under a file, writable);
+* a training run: :func:`check_training_arguments` (the hyper-parameters mean a run) and :func:`find_checkpoint`
+  (the resume target, or the newest *complete* checkpoint for ``last``).
+
+The data a run reads (training file, evaluation sets) is read, and so checked, by the loaders the commands call first.
+"""
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from .errors import DataError
+
+logger = logging.getLogger(__name__)
+
+# encoders whose position ids start after the padding index (RoBERTa's create_position_ids_from_input_ids): an input
+# of n tokens uses positions up to padding_idx + n
+POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "mpnet")
+CHECKPOINT_PREFIX = "checkpoint-"
+CHECKPOINT_RECORD = "trainer_state.json"  # the Trainer's and CLSR's checkpoints both end with it
+
+
+# ------------------------------------------------------------------------------------------------ the model
+def read_model_config(folder) -> dict:
+    """``folder/config.json`` as a dict; raises :class:`DataError` when it is not JSON, has no ``model_type``, or
+    names a model type only the folder's own code could build (csekit never runs a model folder's code)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text; save or download the model again") from None
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: not valid JSON ({error.msg}, line {error.lineno} column {error.colno}); save or "
+                        "download the model again") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not model_type or not isinstance(model_type, str):
+        raise DataError(f"{path}: no model_type; save the model with transformers' save_pretrained (or add e.g. "
+                        '"model_type": "bert")')
+    if model_type not in CONFIG_MAPPING_NAMES and not model_type.startswith("csekit-"):
+        raise DataError(f"{path}: model_type {model_type!r} needs the folder's own code (trust_remote_code), which "
+                        "csekit never runs; use a model that transformers implements")
+    return config
+
+
+def load_tokenizer(name: str, folder):
+    """The tokenizer saved in model ``folder`` (``name``: what the user typed), or a :class:`DataError`."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as error:  # missing or unreadable tokenizer files
+        raise DataError(f"{name}: cannot load its tokenizer ({str(error).splitlines()[0]}); save the tokenizer "
+                        "with the model") from None
+
+
+def backbone_config(config: dict) -> dict:
+    """The encoder's settings: a csekit config nests them under ``encoder_config``."""
+    return config.get("encoder_config") or config
+
+
+def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[int], flag: str) -> None:
+    """Raise :class:`DataError` when ``tokenizer`` produces ids the embedding matrix lacks, or inputs of
+    ``max_length`` tokens need more position embeddings than the model has (``flag`` is the option that sets the
+    length). Without ``max_length``, a tokenizer whose own maximum exceeds the positions is capped to them."""
+    backbone = backbone_config(config)
+    rows = backbone.get("vocab_size")
+    if rows and len(tokenizer) > rows:
+        raise DataError(f"{name}: its tokenizer has {len(tokenizer)} tokens but the model's embedding matrix has "
+                        f"{rows} rows; use the tokenizer saved with the model")
+    positions = backbone.get("max_position_embeddings")
+    if not positions:
+        return
+    offset = (backbone.get("pad_token_id") or 0) + 1 if backbone.get("model_type") in POSITIONS_AFTER_PADDING else 0
+    if max_length is None:
+        if tokenizer.model_max_length > positions - offset:
+            logger.info("%s: truncating inputs at %d tokens, the model's position embeddings (its tokenizer says %s)",
+                        name, positions - offset, tokenizer.model_max_length)
+            tokenizer.model_max_length = positions - offset
+        return
+    length = max_length
+    if length + offset > positions:
+        raise DataError(f"{name}: inputs of {length} tokens need {length + offset} position embeddings, the model has "
+                        f"{positions}; pass {flag} {positions - offset} or less")
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+def check_writable(path, flag: str, folder=None) -> None:
+    """``path`` (a folder to create or fill, or a file in ``folder``) lies under folders only, and the nearest
+    existing one takes a file."""
+    path = Path(path)
+    existing = Path(folder) if folder is not None else path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise DataError(f"{flag} {path}: {existing} is a file, not a folder; choose another path")
+    try:
+        with tempfile.TemporaryFile(dir=existing):  # what the OS says, not the mode bits (root, ACLs, read-only mounts)
+            pass
+    except OSError as error:
+        raise DataError(f"{flag} {path}: cannot write in {existing} ({error.strerror}); choose a folder you can "
+                        "write to") from None
+
+
+def check_output_dir(path, flag: str) -> Path:
+    """``path`` as a folder the command will write into: not a file, not under one, writable."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DataError(f"{flag} {path}: is a file, not a folder")
+    check_writable(path, flag)
+    return path
+
+
+def check_output_file(path, flag: str = "--output") -> Path:
+    """``path`` as a file to write at the end: not a folder, its folder writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'results.json'}")
+    check_writable(path, flag, path.parent)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ a training run
+def check_training_arguments(args) -> None:
+    """Hyper-parameters that cannot mean a run (``TrainingArguments`` or CLSR's): no step to train, no update to
+    apply, a negative learning rate."""
+    epochs, max_steps = getattr(args, "num_train_epochs", 1), getattr(args, "max_steps", -1) or -1
+    if max_steps <= 0 and epochs <= 0:
+        raise DataError(f"--num_train_epochs {epochs:g}: no training step would run; give --num_train_epochs > 0 or "
+                        "--max_steps > 0")
+    accumulation = getattr(args, "gradient_accumulation_steps", 1)
+    if accumulation < 1:
+        raise DataError(f"--gradient_accumulation_steps {accumulation}: must be 1 or more (1 = no accumulation)")
+    if args.learning_rate < 0:
+        raise DataError(f"--learning_rate {args.learning_rate:g}: must be 0 or more")
+
+
+def checkpoint_problem(folder: Path, record: Optional[str] = CHECKPOINT_RECORD) -> Optional[str]:
+    """Why ``folder`` is not a complete checkpoint (``None`` when it is): its ``record``, written last, parses and
+    every safetensors file in it has a readable header (``record=None``: a saved model, weights only)."""
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(folder)
+    try:
+        if record:
+            json.loads((folder / record).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {record}"
+    except (OSError, ValueError) as error:
+        return f"unreadable {record} ({type(error).__name__})"
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        return "no *.safetensors"
+    for path in weights:
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError):
+            return f"truncated {path.name}"
+    return None
+
+
+def find_checkpoint(output_dir, which: Optional[str]) -> Optional[str]:
+    """The folder ``--resume_from_checkpoint which`` names: ``None`` for no resume, a checkpoint folder as given, or
+    for ``last`` the newest complete ``checkpoint-N`` of ``output_dir`` (incomplete ones are skipped, with a log
+    line: a kill inside a save on storage without atomic renames, or a partial copy)."""
+    if not which:
+        return None
+    if which != "last":
+        folder = Path(which)
+        if not folder.is_dir():
+            raise DataError(f"--resume_from_checkpoint {which}: no such folder; give a checkpoint-N folder or 'last'")
+        problem = checkpoint_problem(folder)
+        if problem:
+            raise DataError(f"--resume_from_checkpoint {which}: incomplete checkpoint ({problem}); give another one "
+                            "or 'last'")
+        return str(folder)
+    found = sorted((int(path.name[len(CHECKPOINT_PREFIX):]), path)
+                   for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
+                   if path.is_dir() and path.name[len(CHECKPOINT_PREFIX):].isdigit())
+    for _, folder in reversed(found):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return str(folder)
+        logger.warning("skipping %s: incomplete checkpoint (%s)", folder, problem)
+    raise DataError(f"--resume_from_checkpoint last: no complete checkpoint in {output_dir}; start without "
+                    "--resume_from_checkpoint")
+
+
+__all__ = [
+    "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "backbone_config", "check_model_inputs", "check_output_dir",
+    "check_output_file", "check_training_arguments", "check_writable", "checkpoint_problem", "find_checkpoint",
+    "load_tokenizer", "read_model_config",
+]

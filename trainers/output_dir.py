@@ -1,0 +1,185 @@
+"""One run per output folder, and nothing trained thrown away.
+
+A training run holds ``--output_dir/.csekit-lock`` (its pid and host) from its start to its end; a second run into the
+same folder stops at once, naming the holder. A lock left by a process that died (SIGKILL, power loss) on this host
+is taken over, with a log line. The run builds its final model in a staging folder of its own,
+``.csekit-staging-<host>-<pid>``, which :func:`csekit.atomic.commit_files` moves into the folder; when the final save
+or the test evaluation fails, that folder stays where the error message says, and later runs leave it alone (they log
+that it is there).
+"""
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from ..atomic import process_alive
+from ..errors import DataError
+from ..loading import ARGUMENTS_FILE
+from ..preflight import check_output_dir, checkpoint_problem, find_checkpoint
+
+logger = logging.getLogger(__name__)
+
+LOCK = ".csekit-lock"
+STAGING_PREFIX = ".csekit-staging"
+PARTIAL_CHECKPOINT_PREFIX = ".partial-checkpoint-"  # a checkpoint being written (see ContrastiveTrainer)
+
+
+def is_csekit_output(folder: Path) -> bool:
+    """Whether ``folder`` is (the start of) a csekit run's output: ``training_args.json``, ``checkpoint-*`` folders,
+    a run's lock or staging folder, or the ``config.json`` of a csekit model."""
+    if (folder / ARGUMENTS_FILE).is_file() or (folder / LOCK).exists() or any(folder.glob("checkpoint-*/")):
+        return True
+    if any(folder.glob(f"{STAGING_PREFIX}*/")):
+        return True
+    try:
+        return json.loads((folder / "config.json").read_text()).get("model_type", "").startswith("csekit-")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class RunLock:
+    """``folder/.csekit-lock``, created whole (written to a temporary file, then hard-linked: the link fails when a
+    lock exists) and removed by :meth:`release`."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / LOCK
+        self.record = {"pid": os.getpid(), "host": socket.gethostname()}
+
+    def holder(self) -> Optional[dict]:
+        try:
+            record = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}  # being written, or damaged: treated as held
+        return record if isinstance(record, dict) else {}
+
+    def stale(self, holder: dict) -> bool:
+        """A lock of a process on this host that is no longer running (one on another host cannot be checked)."""
+        pid = holder.get("pid")
+        return holder.get("host") == self.record["host"] and isinstance(pid, int) and not process_alive(pid)
+
+    def busy(self) -> bool:
+        holder = self.holder()
+        return holder is not None and not self.stale(holder)
+
+    def acquire(self) -> "RunLock":
+        handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f"{LOCK}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w") as stream:
+                json.dump(self.record, stream)
+            for _ in range(2):  # a second try after taking over a dead process's lock
+                try:
+                    os.link(temporary, self.path)
+                    return self
+                except FileExistsError:
+                    holder = self.holder()
+                    if holder is None:
+                        continue
+                    pid, host = holder.get("pid"), holder.get("host")
+                    if self.stale(holder):
+                        logger.warning("%s: taking over the lock of process %d, which is no longer running",
+                                       self.path.parent, pid)
+                        self.path.unlink(missing_ok=True)
+                        continue
+                    who = f"process {pid} on {host}" if pid else "another run"
+                    raise DataError(f"--output_dir {self.path.parent}: in use by {who} ({self.path}); wait for it to "
+                                    "end or choose another --output_dir (delete the lock file only if that run is "
+                                    "gone)")
+            raise DataError(f"--output_dir {self.path.parent}: could not take {self.path}; try again")
+        finally:
+            os.remove(temporary)
+
+    def release(self) -> None:
+        if self.holder() == self.record:
+            self.path.unlink(missing_ok=True)
+
+
+class RunFolder:
+    """The output folder of one run: checked when made, then locked (:meth:`acquire`, :class:`RunLock`) with a
+    staging folder of its own (``staging``).
+
+    Raises :class:`DataError` for a path that is a file, lies under one or cannot be written, for an existing
+    non-empty folder that is not a csekit output (:func:`is_csekit_output`) unless ``overwrite``, and for a folder
+    another live run holds. Nothing is written before :meth:`acquire`.
+    """
+
+    def __init__(self, output_dir, overwrite: bool = False):
+        folder = check_output_dir(output_dir, "--output_dir")
+        if folder.is_dir() and any(folder.iterdir()) and not overwrite and not is_csekit_output(folder):
+            raise DataError(f"--output_dir {folder}: exists and is not a csekit output folder (no training_args.json, "
+                            "checkpoint-* or csekit config.json); choose another folder or pass "
+                            "--overwrite_output_dir true")
+        self.folder = folder
+        self.staging = folder / f"{STAGING_PREFIX}-{socket.gethostname()}-{os.getpid()}"
+        self.lock = RunLock(folder)
+        if folder.is_dir() and self.lock.busy():  # say so now; acquire() settles races at the start of training
+            self.lock.acquire()  # raises, naming the holder (unless it has just ended)
+            self.lock.release()
+        self.locked = False
+
+    def acquire(self, lock: bool = True) -> None:
+        """Take the folder (``lock=False``: the other processes of a multi-process run, which only follow)."""
+        if lock:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+            self.locked = True
+            self._tidy()
+
+    def _tidy(self) -> None:
+        """Under the lock: remove what killed checkpoint saves left, and say where earlier runs' models wait."""
+        for partial in sorted(self.folder.glob(f"{PARTIAL_CHECKPOINT_PREFIX}*")):
+            logger.warning("removing %s: a checkpoint whose save was interrupted", partial)
+            shutil.rmtree(partial, ignore_errors=True)
+        for staging in sorted(self.folder.glob(f"{STAGING_PREFIX}*")):
+            if checkpoint_problem(staging, record="config.json") is None:
+                logger.warning("%s holds the model of an earlier run whose end failed; it is kept (move it or delete "
+                               "it)", staging)
+            else:  # a run killed before its final save was whole, or inside the commit: nothing left to keep
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def release(self) -> None:
+        if self.locked:
+            self.lock.release()
+            self.locked = False
+
+    def trained_weights(self) -> str:
+        """Where this run's trained weights are after a failed final save: its staging folder when the model there
+        is whole (else that folder is removed), otherwise the newest complete checkpoint."""
+        if checkpoint_problem(self.staging, record="config.json") is None:
+            return f"in {self.staging}"
+        shutil.rmtree(self.staging, ignore_errors=True)
+        try:
+            return f"in its checkpoint {find_checkpoint(self.folder, 'last')}"
+        except DataError:
+            return "lost (no complete checkpoint was saved)"
+
+    @contextlib.contextmanager
+    def keeping_trained_model(self, main: bool = True):
+        """The end of a run (final save, test evaluation, commit): an OS error (a full disk, a folder that became
+        unwritable) is one line saying what was kept and where the trained weights are; any other error keeps the
+        staging folder and logs where it is before it propagates."""
+        had_model = (self.folder / "config.json").is_file()
+        try:
+            yield
+        except OSError as error:
+            if not main:
+                raise
+            previous = (f"the previous model in {self.folder} is unchanged; " if had_model
+                        and (self.folder / "config.json").is_file() else "")
+            raise DataError(f"--output_dir {self.folder}: the final model could not be written "
+                            f"({error.strerror or error}); {previous}this run's trained weights are "
+                            f"{self.trained_weights()}") from error
+        except BaseException:
+            if main and (self.staging / "config.json").is_file():
+                logger.error("the run failed after its final save: the trained model is kept in %s", self.staging)
+            raise
+
+
+__all__ = ["LOCK", "PARTIAL_CHECKPOINT_PREFIX", "RunFolder", "RunLock", "STAGING_PREFIX", "is_csekit_output"]
