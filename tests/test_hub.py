@@ -4,6 +4,7 @@ files."""
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -294,3 +295,50 @@ def test_readme_documents_the_hub_paths():
     for needle in ("csekit download", "princeton-nlp/datasets-for-simcse", "HF_HUB_OFFLINE", "--model_name_or_path",
                    "csekit evaluate"):
         assert needle in section, needle
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_download_removes_what_a_killed_download_left(hub_cache, online, tmp_path):
+    """A SIGKILLed download leaves its hidden full copy; the next download of that corpus removes it, and leaves a
+    running download's folder alone."""
+    wiki = tmp_path / "data" / "wiki"
+    abandoned, running = wiki / f".wiki1m.partial-{dead_pid()}-x1", wiki / f".wiki1m.partial-{os.getpid()}-x2"
+    for folder in (abandoned, running):
+        folder.mkdir(parents=True)
+        (folder / "wiki1m_for_simcse.txt").write_bytes(WIKI[:100])
+    with FakeHub(simcse_repo()) as hub:
+        assert download("wiki1m", tmp_path / "data", endpoint=hub.url).read_bytes() == WIKI
+    assert not abandoned.exists() and running.is_dir()
+
+
+def crafted_tar(kind: str) -> bytes:
+    """A tar whose one member would escape the folder (``../``), link out of it, or create a device."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo({"parent": "../escaped.txt", "link": "STS/link", "device": "STS/dev"}[kind])
+        if kind == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        elif kind == "device":
+            info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+        else:
+            info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["parent", "link", "device"])
+def test_unsafe_tar_member_is_refused_in_one_line(tmp_path, kind):
+    from csekit.download import unpack_senteval
+
+    archive = tmp_path / "senteval.tar"
+    archive.write_bytes(crafted_tar(kind))
+    (tmp_path / "staging").mkdir()
+    with pytest.raises(DataError, match=r"senteval.tar: refused member '.*' \(.*\); not SentEval's release"):
+        unpack_senteval(archive, tmp_path / "staging")
+    assert not (tmp_path / "escaped.txt").exists() and not any(p.is_symlink() for p in tmp_path.rglob("*"))

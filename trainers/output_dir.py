@@ -3,7 +3,7 @@
 A training run holds ``--output_dir/.csekit-lock`` (its pid and host) from its start to its end; a second run into the
 same folder stops at once, naming the holder. A lock left by a process that died (SIGKILL, power loss) on this host
 is taken over, with a log line. The run builds its final model in a staging folder of its own,
-``.csekit-staging-<host>-<pid>``, which :func:`csekit.atomic.commit_files` moves into the folder; when the final save
+``.csekit-staging-<pid>-<random>``, which :func:`csekit.atomic.commit_files` moves into the folder; when the final save
 or the test evaluation fails, that folder stays where the error message says, and later runs leave it alone (they log
 that it is there).
 """
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..atomic import process_alive
+from ..atomic import private_folder, process_alive
 from ..errors import DataError
 from ..loading import ARGUMENTS_FILE
 from ..preflight import check_output_dir, checkpoint_problem, find_checkpoint
@@ -117,7 +117,7 @@ class RunFolder:
                             "checkpoint-* or csekit config.json); choose another folder or pass "
                             "--overwrite_output_dir true")
         self.folder = folder
-        self.staging = folder / f"{STAGING_PREFIX}-{socket.gethostname()}-{os.getpid()}"
+        self.staging = None  # made by acquire()
         self.lock = RunLock(folder)
         if folder.is_dir() and self.lock.busy():  # say so now; acquire() settles races at the start of training
             self.lock.acquire()  # raises, naming the holder (unless it has just ended)
@@ -131,6 +131,9 @@ class RunFolder:
             self.lock.acquire()
             self.locked = True
             self._tidy()
+            self.staging = private_folder(self.folder, f"{STAGING_PREFIX}-")
+        else:  # the main process writes the final model; the others pass a path they never write to
+            self.staging = self.folder / f"{STAGING_PREFIX}-of-the-main-process"
 
     def _tidy(self) -> None:
         """Under the lock: remove what killed checkpoint saves left, and say where earlier runs' models wait."""

@@ -1,0 +1,236 @@
+"""No lost work: a training run survives the faults a user meets, and nothing it completed is lost.
+
+* A kill inside a checkpoint save: the checkpoint never becomes visible, ``--resume_from_checkpoint last`` takes the
+  newest complete one, and the result equals the uninterrupted run's (``save_total_limit 1`` keeps that one).
+* Two runs into one ``--output_dir``: the second stops at once, naming the first, which finishes intact; the lock of
+  a dead process is taken over.
+* A failed end of run (a full disk at the final save, a failing test evaluation): the previous model is unchanged,
+  the message says where the trained weights are, and the next run keeps them.
+* Publishing: no local path in what is uploaded; every model file has the folder's permissions.
+"""
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO_ROOT, BoundedProcess, recipe_flags, run_bounded
+from csekit import cli
+from csekit.errors import DataError
+
+KILLER = REPO_ROOT / "tests" / "killer.py"
+
+
+def flags(backbone: Path, corpus: Path, output_dir: Path, *extra) -> list:
+    return ["train", "simcse", "--model_name_or_path", str(backbone), "--train_file", str(corpus), "--output_dir",
+            str(output_dir), "--per_device_train_batch_size", "8", "--max_steps", "6", "--save_steps", "2",
+            "--eval_strategy", "no", "--learning_rate", "1e-3", "--max_seq_length", "16", "--do_test_eval", "false",
+            "--seed", "7", "--disable_tqdm", "true", *recipe_flags("simcse"), *extra]
+
+
+def files(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+def test_kill_inside_a_checkpoint_save_then_resume_last_equals_the_uninterrupted_run(tiny_backbone, corpus, tmp_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    assert cli.main(flags(tiny_backbone, corpus, full)) == 0  # --eval_strategy no alone: no best-model selection
+    # SIGKILL at the first file the Trainer writes for checkpoint-4 (its model), with save_total_limit 1
+    command = [sys.executable, KILLER, killed / ".partial-checkpoint-4" / "checkpoint-4", "1", "csekit",
+               *flags(tiny_backbone, corpus, killed, "--save_total_limit", "1")]
+    victim = run_bounded([str(c) for c in command], 400, check=False, cwd=REPO_ROOT,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert victim.returncode == -signal.SIGKILL, victim.stderr[-2000:]
+    # the checkpoint being written is not visible; the complete one before it was not rotated away
+    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert (killed / ".partial-checkpoint-4").is_dir()
+
+    checkpoint_2 = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (killed / "checkpoint-2").iterdir()}
+    assert cli.main(flags(tiny_backbone, corpus, killed, "--resume_from_checkpoint", "last", "--save_total_limit",
+                          "5")) == 0
+    assert not (killed / ".partial-checkpoint-4").exists()  # removed by the run that resumed
+    # it resumed from checkpoint-2 (a restart from step 0 would have written it again) and ran to step 6
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (killed / "checkpoint-2").iterdir()} == checkpoint_2
+    assert json.loads((killed / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+    expected, resumed = load_file(full / "model.safetensors"), load_file(killed / "model.safetensors")
+    for name, tensor in expected.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def write_checkpoint(folder: Path, record: str) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
+    (folder / "trainer_state.json").write_text(record)
+
+
+def test_resume_last_skips_incomplete_checkpoints_and_says_so(tmp_path, caplog):
+    from csekit.preflight import find_checkpoint
+
+    write_checkpoint(tmp_path / "checkpoint-2", '{"global_step": 2}')
+    write_checkpoint(tmp_path / "checkpoint-4", '{"global_st')  # a kill inside the record, without atomic renames
+    write_checkpoint(tmp_path / "checkpoint-6", '{"global_step": 6}')
+    (tmp_path / "checkpoint-6" / "model.safetensors").write_bytes(b"\0" * 7)  # a truncated copy
+    with caplog.at_level(logging.WARNING):
+        assert find_checkpoint(tmp_path, "last") == str(tmp_path / "checkpoint-2")
+    assert "checkpoint-6: incomplete checkpoint (truncated model.safetensors)" in caplog.text
+    assert "checkpoint-4: incomplete checkpoint (unreadable trainer_state.json" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------------ one run per folder
+def test_second_run_into_a_held_folder_is_refused_and_the_first_finishes_intact(tiny_backbone, corpus, tmp_path,
+                                                                                capsys):
+    out = tmp_path / "out"
+    first = BoundedProcess([str(c) for c in [sys.executable, "-m", "csekit",
+                                             *flags(tiny_backbone, corpus, out, "--max_steps", "40")]],
+                           400, cwd=REPO_ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        while not (out / ".csekit-lock").exists():
+            assert first.process.poll() is None, "the first run ended before it took the folder"
+            assert time.monotonic() < first.deadline
+            time.sleep(0.05)
+        assert cli.main(flags(tiny_backbone, corpus, out, "--seed", "8")) == 2
+        message = capsys.readouterr().err.strip().splitlines()
+        assert message == [f"csekit: error: --output_dir {out}: in use by process {first.process.pid} on "
+                           f"{socket.gethostname()} ({out / '.csekit-lock'}); wait for it to end or choose another "
+                           "--output_dir (delete the lock file only if that run is gone)"]
+        first.wait()
+    finally:
+        first.kill()
+    arguments = json.loads((out / "training_args.json").read_text())
+    assert arguments["training_args"]["seed"] == 7 and arguments["training_args"]["max_steps"] == 40
+    assert (out / "model.safetensors").is_file() and not (out / ".csekit-lock").exists()
+    assert list(out.glob(".csekit-staging*")) == []
+
+
+def test_lock_of_a_dead_process_is_taken_over(tiny_backbone, corpus, tmp_path, caplog):
+    out = tmp_path / "out"
+    out.mkdir()
+    pid = dead_pid()
+    (out / ".csekit-lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(flags(tiny_backbone, corpus, out, "--max_steps", "2")) == 0
+    assert f"taking over the lock of process {pid}, which is no longer running" in caplog.text
+    assert (out / "config.json").is_file() and not (out / ".csekit-lock").exists()
+
+
+# ------------------------------------------------------------------------------------------------ a failed end
+def fail_commit(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def fail_test_evaluation(self, embed):
+    raise RuntimeError("a bug in the test evaluation")
+
+
+@pytest.mark.parametrize("fault", ["disk full at the commit", "bug in the test evaluation"])
+def test_failed_end_of_run_keeps_the_previous_model_and_the_trained_weights(tiny_backbone, corpus, tmp_path,
+                                                                            monkeypatch, capsys, caplog, fault):
+    out = tmp_path / "out"
+    base = flags(tiny_backbone, corpus, out, "--max_steps", "2", "--save_strategy", "no")
+    assert cli.main(base) == 0
+    previous = files(out)
+    capsys.readouterr()
+    with monkeypatch.context() as patch:
+        if fault == "disk full at the commit":
+            patch.setattr("csekit.trainers.recipe.commit_files", fail_commit)
+            assert cli.main(base + ["--seed", "8"]) == 2
+            [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+            assert line.startswith(f"csekit: error: --output_dir {out}: the final model could not be written (No "
+                                   f"space left on device); the previous model in {out} is unchanged; this run's "
+                                   f"trained weights are in {out}/.csekit-staging-")
+        else:
+            patch.setattr("csekit.evaluation.sts.STSEvaluator.__call__", fail_test_evaluation)
+            with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError, match="a bug in the test"):
+                cli.main(base + ["--seed", "8", "--do_test_eval", "true"])
+            assert "the trained model is kept in" in caplog.text
+    [staging] = out.glob(".csekit-staging-*")
+    assert files(out) == previous and (staging / "model.safetensors").is_file()
+    trained = load_file(staging / "model.safetensors")
+    # the next run leaves the kept model where the message said, and says so again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(base + ["--seed", "9"]) == 0
+    assert f"{staging} holds the model of an earlier run whose end failed; it is kept" in caplog.text
+    assert all(torch.equal(tensor, load_file(staging / "model.safetensors")[name])
+               for name, tensor in trained.items())
+
+
+# ------------------------------------------------------------------------------------------------ publishing
+def test_local_paths_become_base_names_and_hub_ids_stay():
+    from csekit.publishing.hub import strip_local_paths
+
+    replaced = {}
+    record = {"model_name_or_path": "/home/alice/clientX/backbone", "train_file": "/data/wiki1m.txt",
+              "base_model": "princeton-nlp/sup-simcse-bert-base-uncased", "runs": ["~/runs/a"], "lr": 3e-5}
+    assert strip_local_paths(record, replaced) == {
+        "model_name_or_path": "backbone", "train_file": "wiki1m.txt",
+        "base_model": "princeton-nlp/sup-simcse-bert-base-uncased", "runs": ["a"], "lr": 3e-5}
+    assert replaced["/home/alice/clientX/backbone"] == "backbone"
+
+
+def test_push_uploads_no_local_path_and_model_files_have_the_folder_mode(tiny_backbone, corpus, tmp_path,
+                                                                          monkeypatch):
+    from unittest import mock
+
+    from csekit.publishing.hub import PATHS_NOTE, push_to_hub
+
+    out = tmp_path / "clientX" / "out"
+    umask = os.umask(0o022)
+    try:
+        assert cli.main(flags(tiny_backbone, corpus, out, "--max_steps", "2", "--save_strategy", "no",
+                              "--do_test_eval", "true")) == 0
+    finally:
+        os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert set(modes.values()) == {0o644}, modes
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    uploaded = {}
+
+    def upload_folder(folder_path, allow_patterns, **kwargs):
+        uploaded.update({name: (Path(folder_path) / name).read_bytes() for name in allow_patterns})
+
+    api = mock.MagicMock()
+    api.upload_folder.side_effect = upload_folder
+    push_to_hub(out, "someone/tiny", api=api)
+    local = [str(tmp_path), str(tiny_backbone.parent), str(corpus.parent)]
+    for name, content in uploaded.items():
+        if not name.endswith((".safetensors", ".png")):
+            text = content.decode()
+            assert not any(path in text for path in local), (name, [p for p in local if p in text])
+    assert uploaded["README.md"].decode().endswith(PATHS_NOTE)
+    arguments = json.loads(uploaded["training_args.json"])
+    assert arguments["model_args"]["model_name_or_path"] == tiny_backbone.name
+    assert arguments["data_args"]["train_file"] == corpus.name
+    assert not list(out.glob(".csekit-upload-*"))  # the upload copy is gone
+    assert (out / "training_args.json").read_text().count(str(tiny_backbone)) == 1  # the local record is untouched
+
+
+def test_debug_shows_the_traceback_of_bad_input(tmp_path, monkeypatch):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("")
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"")
+    monkeypatch.setenv("CSEKIT_DEBUG", "1")
+    with pytest.raises(DataError, match="not valid JSON"):
+        cli.main(["evaluate", str(tmp_path / "model")])
