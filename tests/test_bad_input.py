@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 from pathlib import Path
 from typing import NamedTuple
@@ -203,6 +204,9 @@ ROWS = [
     Row("csekit train simcse --output_dir /proc/csekit-out", "output folder that cannot be written",
         E + "--output_dir /proc/csekit-out: cannot write in /proc (…); choose a folder you can write to"),
     Row("csekit train simcse --output_dir locked", "output folder another run holds", E + LOCKED),
+    Row("csekit train simcse --data_dir partial-data", "an STS test file missing (read at the end of the run)",
+        E + "partial-data/senteval/downstream/STS/STS16-en-test/STS.input.…: no such file (is --data-dir pointing at "
+        "a folder with senteval/downstream?)"),
     Row("csekit train simcse --data_dir missing", "missing data folder",
         E + "no data folder found (tried: missing); pass --data-dir, set CSEKIT_DATA_DIR, or run "
         "`csekit download senteval`"),
@@ -285,7 +289,7 @@ def test_readme_table_is_the_rows():
 
 # ------------------------------------------------------------------------------------------------ the inputs
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, tokenizer):
+def workspace(tmp_path_factory, tokenizer, data_dir):
     from transformers import BertModel
 
     from csekit.modeling import SimCSEConfig, SimCSEModel
@@ -335,6 +339,10 @@ def workspace(tmp_path_factory, tokenizer):
     (folder / "afile").write_text("a file\n")
     (folder / "trained" / "checkpoint-2").mkdir(parents=True)  # a csekit output folder with a broken checkpoint
     (folder / "trained" / "training_args.json").write_text("{}\n")
+    for task in ("STS", "SICK"):  # SentEval's STS data with one STS16 test file missing
+        shutil.copytree(data_dir / "senteval" / "downstream" / task, folder / "partial-data" / "senteval" / "downstream"
+                        / task)
+    next((folder / "partial-data" / "senteval" / "downstream" / "STS" / "STS16-en-test").glob("STS.input.*")).unlink()
     (folder / "locked").mkdir()  # a folder this (running) process holds
     (folder / "locked" / ".csekit-lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     return folder

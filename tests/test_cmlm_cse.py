@@ -378,7 +378,7 @@ def test_recipe_rejects_minilm_layer_combinations(minilm_path):
         model_args = RECIPE.parse(["--pooler_type", "avg", *flags])[0]
         return RECIPE.build_model(str(minilm_path), model_args)
 
-    # recipes' main_guard prints this validator message as one line ("error: invalid model configuration: ...")
+    # recipes' main_guard prints this validator message as one line ("csekit: error: invalid model configuration: ...")
     with pytest.raises(StrictDataclassError, match="extractor_layers=6 is impossible for an encoder with 6 layers"):
         build("--extractor_layers", "6", "--fusion_layers", "2")
     model = build("--extractor_layers", "4", "--fusion_layers", "2")

@@ -118,7 +118,7 @@ def test_recipe_reports_bad_input_in_one_line_and_writes_nothing(tmp_path, setup
     result = run_recipe_cli(*defaults, *args, cwd=tmp_path)
     assert result.returncode == 2
     last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("error: ") and message in last_line, result.stderr[-2000:]
+    assert last_line.startswith("csekit: error: ") and message in last_line, result.stderr[-2000:]
     assert not (tmp_path / "out").exists()
 
 

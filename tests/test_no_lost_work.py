@@ -3,7 +3,7 @@
 * A kill inside a checkpoint save: the checkpoint never becomes visible, ``--resume_from_checkpoint last`` takes the
   newest complete one, and the result equals the uninterrupted run's (``save_total_limit 1`` keeps that one).
 * Two runs into one ``--output_dir``: the second stops at once, naming the first, which finishes intact; the lock of
-  a dead process is taken over.
+  a dead process is taken over. A process of a two-process run killed: the run ends at once, nothing is claimed.
 * A failed end of run (a full disk at the final save, a failing test evaluation): the previous model is unchanged,
   the message says where the trained weights are, and the next run keeps them.
 * Publishing: no local path in what is uploaded; every model file has the folder's permissions.
@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO_ROOT, BoundedProcess, recipe_flags, run_bounded
+from conftest import REPO_ROOT, BoundedProcess, free_ports, recipe_flags, run_bounded
 from csekit import cli
 from csekit.errors import DataError
 
@@ -51,22 +51,28 @@ def dead_pid() -> int:
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
+def csekit_process(*argv, check: bool = True) -> subprocess.CompletedProcess:
+    """``csekit ARGV`` in a process of its own: the runs compared to the last bit share its conditions (threads,
+    global state), which the pytest process does not."""
+    return run_bounded([sys.executable, *map(str, argv)], 400, check=check, cwd=REPO_ROOT,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
 def test_kill_inside_a_checkpoint_save_then_resume_last_equals_the_uninterrupted_run(tiny_backbone, corpus, tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
-    assert cli.main(flags(tiny_backbone, corpus, full)) == 0  # --eval_strategy no alone: no best-model selection
+    # --eval_strategy no alone means no best-model selection
+    csekit_process("-m", "csekit", *flags(tiny_backbone, corpus, full))
     # SIGKILL at the first file the Trainer writes for checkpoint-4 (its model), with save_total_limit 1
-    command = [sys.executable, KILLER, killed / ".partial-checkpoint-4" / "checkpoint-4", "1", "csekit",
-               *flags(tiny_backbone, corpus, killed, "--save_total_limit", "1")]
-    victim = run_bounded([str(c) for c in command], 400, check=False, cwd=REPO_ROOT,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    victim = csekit_process(KILLER, killed / ".partial-checkpoint-4" / "checkpoint-4", "1", "csekit",
+                            *flags(tiny_backbone, corpus, killed, "--save_total_limit", "1"), check=False)
     assert victim.returncode == -signal.SIGKILL, victim.stderr[-2000:]
     # the checkpoint being written is not visible; the complete one before it was not rotated away
     assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]
     assert (killed / ".partial-checkpoint-4").is_dir()
 
     checkpoint_2 = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (killed / "checkpoint-2").iterdir()}
-    assert cli.main(flags(tiny_backbone, corpus, killed, "--resume_from_checkpoint", "last", "--save_total_limit",
-                          "5")) == 0
+    csekit_process("-m", "csekit", *flags(tiny_backbone, corpus, killed, "--resume_from_checkpoint", "last",
+                                          "--save_total_limit", "5"))
     assert not (killed / ".partial-checkpoint-4").exists()  # removed by the run that resumed
     # it resumed from checkpoint-2 (a restart from step 0 would have written it again) and ran to step 6
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (killed / "checkpoint-2").iterdir()} == checkpoint_2
@@ -131,6 +137,39 @@ def test_lock_of_a_dead_process_is_taken_over(tiny_backbone, corpus, tmp_path, c
     with caplog.at_level(logging.WARNING):
         assert cli.main(flags(tiny_backbone, corpus, out, "--max_steps", "2")) == 0
     assert f"taking over the lock of process {pid}, which is no longer running" in caplog.text
+    assert (out / "config.json").is_file() and not (out / ".csekit-lock").exists()
+
+
+def test_a_killed_process_of_a_two_process_run_ends_the_run_and_loses_nothing(tiny_backbone, corpus, tmp_path):
+    """SIGKILL of rank 1 mid-training: the launcher ends the run at once (rank 0 with it, no orphan), no model is
+    claimed in the folder, and the next run into it takes the dead run's lock over and completes."""
+    import psutil
+
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--main_process_port",
+               free_ports()[0], "--num_processes", 2, "--num_machines", 1, "--mixed_precision", "no",
+               "--dynamo_backend", "no", "-m", "csekit.recipes.simcse",
+               *flags(tiny_backbone, corpus, out, "--max_steps", "100000", "--save_steps", "50")[2:]]
+    launch = BoundedProcess(command, 300, cwd=REPO_ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        while not (out / ".csekit-lock").exists():
+            assert launch.process.poll() is None, "the run ended before it took the folder"
+            assert time.monotonic() < launch.deadline
+            time.sleep(0.05)
+        workers = [p for p in psutil.Process(launch.process.pid).children(recursive=True)
+                   if p.environ().get("RANK") in ("0", "1")]
+        assert sorted(p.environ()["RANK"] for p in workers) == ["0", "1"]
+        [rank_1] = [p for p in workers if p.environ()["RANK"] == "1"]
+        rank_1.kill()
+        killed_at = time.monotonic()
+        assert launch.wait(check=False).returncode != 0
+        assert time.monotonic() - killed_at < 60
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert alive == []  # no orphan
+    finally:
+        launch.kill()
+    assert not (out / "config.json").exists()  # no model claimed
+    assert cli.main(flags(tiny_backbone, corpus, out, "--max_steps", "2")) == 0
     assert (out / "config.json").is_file() and not (out / ".csekit-lock").exists()
 
 

@@ -216,7 +216,7 @@ def test_recipe_reports_bad_config_as_one_line_error(minilm_path, capsys):
         main_guard(build, ["--num_groups", "100"])
     assert exit_info.value.code == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]  # after the weight-loading progress bar
-    assert message.startswith("error: invalid model configuration: ")
+    assert message.startswith("csekit: error: invalid model configuration: ")
     assert "num_groups 100 must divide the hidden size 384" in message
 
 
@@ -336,8 +336,8 @@ def test_recipe_cli_exits_2_with_one_line_before_training(tmp_path, data_dir):
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 2, result.stderr[-3000:]
     message = result.stderr.strip().splitlines()[-1]  # after the weight-loading report
-    assert message.startswith("error: WhitenedCSE: num_groups 2 gives whitening groups of 192 channels, not fewer "
-                              "than the 64 sentences per process"), message
+    assert message.startswith("csekit: error: WhitenedCSE: num_groups 2 gives whitening groups of 192 channels, not "
+                              "fewer than the 64 sentences per process"), message
     assert not output_dir.exists() or not any(output_dir.iterdir())
 
 

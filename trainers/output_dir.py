@@ -107,10 +107,11 @@ class RunFolder:
 
     Raises :class:`DataError` for a path that is a file, lies under one or cannot be written, for an existing
     non-empty folder that is not a csekit output (:func:`is_csekit_output`) unless ``overwrite``, and for a folder
-    another live run holds. Nothing is written before :meth:`acquire`.
+    another live run holds (checked by the ``main`` process of a multi-process run). Nothing is written before
+    :meth:`acquire`.
     """
 
-    def __init__(self, output_dir, overwrite: bool = False):
+    def __init__(self, output_dir, overwrite: bool = False, main: bool = True):
         folder = check_output_dir(output_dir, "--output_dir")
         if folder.is_dir() and any(folder.iterdir()) and not overwrite and not is_csekit_output(folder):
             raise DataError(f"--output_dir {folder}: exists and is not a csekit output folder (no training_args.json, "
@@ -119,7 +120,8 @@ class RunFolder:
         self.folder = folder
         self.staging = None  # made by acquire()
         self.lock = RunLock(folder)
-        if folder.is_dir() and self.lock.busy():  # say so now; acquire() settles races at the start of training
+        # say so now (the main process: the others would see its lock); acquire() settles races at the start
+        if main and folder.is_dir() and self.lock.busy():
             self.lock.acquire()  # raises, naming the holder (unless it has just ended)
             self.lock.release()
         self.locked = False
@@ -148,7 +150,10 @@ class RunFolder:
                 shutil.rmtree(staging, ignore_errors=True)
 
     def release(self) -> None:
+        """Give the folder back; the staging folder goes too unless it holds something (a kept model)."""
         if self.locked:
+            with contextlib.suppress(OSError):
+                self.staging.rmdir()  # only when empty
             self.lock.release()
             self.locked = False
 

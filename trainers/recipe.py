@@ -337,7 +337,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     if training_args.fp16 and training_args.device.type == "cpu":  # accelerate would silently train in float32
         raise DataError("--fp16 needs a GPU; on CPU use --bf16 true (bfloat16 autocast)")
     training_args.push_to_hub = False  # the Trainer must not push checkpoints: we publish once, after the test scores
-    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir)
+    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=training_args.process_index == 0)
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)
@@ -470,7 +470,7 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     state = PartialState(cpu=not torch.accelerator.is_available())
     if not state.is_main_process:  # every process trains the same head; one writes the logs
         training_args = dataclasses.replace(training_args, report_to="none")
-    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir)
+    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=state.is_main_process)
     find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # checked now; resumed by train()
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
