@@ -21,15 +21,20 @@ torch.compile's compilations) are untimed. ``--compile`` times ``torch.compile(m
 (scale 1/0.05) on the same encoder weights with CLS pooling and a Linear+tanh head (SimCSE's training model), the
 same sentences and the same optimizer.
 
-Reported per run: step time (median, min-max), steps/s, tokens/s (2 views x 64 x padded length, the encoder's work;
-the JSON also has the tokens without padding), FLOPs per step counted by ``torch.utils.flop_counter`` on one eager
-step (every matmul and attention, forward and backward), achieved TFLOP/s, MFU = achieved / the GPU's dense bf16
-datasheet peak (detected from its name: H100 SXM 989.4, H100 PCIe 756, H200 989.4; or ``--peak-tflops``), the
-share of one measured 8192^3 matmul, and the projected wall time of one wiki1m epoch (1,000,000 sentences / 64 =
-15,625 steps), without and with the collation time. For SimCSE the FLOPs also come from the formula of Kaplan et al.
-(2020) used by PaLM's MFU, ``6 N D + 12 L H T D + 6 N_head S``: N the encoder's matmul weights (embeddings are
-lookups), D = tokens per step (2 views x 64 x T, padding included), L layers, H hidden size, T padded length,
-N_head the head's weights, S = 128 pooled vectors. bert-base: N = 84.9M, D = 4,096 -> 2.10 TFLOP per step.
+Every csekit method runs twice: on packed batches (``--padding_free true``, the recipes' default: the layers run on
+real tokens only) and on padded ones (``--padding_free false``).
+
+Reported per run: step time (median, min-max), steps/s, positions/s (the token positions the encoder's layers
+run on: 2 views x 64 x padded length when padded, the real tokens when packed) and real tokens/s, FLOPs per step
+counted by ``torch.utils.flop_counter`` on one eager step (every matmul and attention, forward and backward),
+achieved TFLOP/s, MFU = achieved / the GPU's dense bf16 datasheet peak (detected from its name: H100 SXM 989.4,
+H100 PCIe 756, H200 989.4; or ``--peak-tflops``), the share of one measured 8192^3 matmul, and the projected wall
+time of one wiki1m epoch (1,000,000 sentences / 64 = 15,625 steps), without and with the collation time. For SimCSE
+the FLOPs also come from the formula of Kaplan et al. (2020) used by PaLM's MFU, ``6 N D + 12 L H A + 6 N_head
+S``: N the encoder's matmul weights (embeddings are lookups), D the positions the layers run on per step (padded:
+2 views x 64 x T, T the longest sentence; packed: the real tokens), A the query-key pairs of attention (padded:
+128 x T^2; packed: the sum over its attention blocks of sentences x longest^2), L layers, H hidden size, N_head the
+head's weights, S = 128 pooled vectors. bert-base, padded: N = 84.9M, D = 4,096 -> 2.10 TFLOP per step.
 
 ``--trainer-steps N`` also trains SimCSE through the recipe's own ``Trainer.train()`` (dataloader, collator,
 logging, scheduler: everything) for N steps and times the steps after ``--warmup``: with the recipe's defaults and
@@ -91,6 +96,7 @@ from csekit.data import read_sentences, resolve_data_dir, resolve_data_file
 from csekit.download import WIKI1M_QUICKSTART_SENTENCES
 from csekit.errors import DataError
 from csekit.loading import resolve_device
+from csekit.modeling.packing import PackedSequences
 from train_speed import BATCH, MAX_LENGTH, TEMPERATURE, csekit_trainer_run, recipe_flags, st_trainer_run
 
 RECIPES = {"simcse": "csekit.recipes.simcse", "whitenedcse": "csekit.recipes.whitenedcse",
@@ -104,7 +110,7 @@ WIKI1M_STEPS = 15_625  # 1,000,000 sentences in batches of 64: SimCSE's one epoc
 TARGET_EPOCH_SECONDS = 300  # the target: one wiki1m epoch of SimCSE bert-base in <= 5 minutes on one H100
 # --trainer-steps: the recipe's defaults, then one change each (nothing that alters the numerics): no per-step
 # host-device sync for the NaN/inf loss filter; collation in 2 worker processes instead of the main one
-TRAINER_VARIANTS = [("(recipe defaults)", []),
+TRAINER_VARIANTS = [("(recipe defaults)", []), ("--padding_free false", ["--padding_free", "false"]),
                     ("--logging_nan_inf_filter false", ["--logging_nan_inf_filter", "false"]),
                     ("--dataloader_num_workers 2", ["--dataloader_num_workers", "2"])]
 COMPILED_TRAINER_VARIANTS = [("--torch_compile true", ["--torch_compile", "true"])]
@@ -170,10 +176,11 @@ def collate_all(collator, feature_batches, device):
             for batch in batches], seconds
 
 
-def csekit_run(method, folder, size, device, precision, compiled, feature_batches) -> Run:
-    """``method`` built by its recipe and stepped as its recipe's trainer steps it."""
+def csekit_run(method, folder, size, device, precision, compiled, feature_batches, padding_free=True) -> Run:
+    """``method`` built by its recipe and stepped as its recipe's trainer steps it, on packed or padded batches."""
     recipe = importlib.import_module(RECIPES[method]).RECIPE
     flags = recipe_flags(folder, WIKI1M_STEPS, device) + (TINY_FLAGS.get(method, []) if size == "tiny" else [])
+    flags += ["--padding_free", str(padding_free).lower()]
     model_args, data_args, training_args, extra = recipe.parse(flags)
     torch.manual_seed(0)
     model = recipe.build_model(folder, model_args)
@@ -188,7 +195,8 @@ def csekit_run(method, folder, size, device, precision, compiled, feature_batche
                           trainer.optimizer, trainer.lr_scheduler, training_args.max_grad_norm, device, precision)
              for forward in (torch.compile(model) if compiled else model, model)]
     formula = simcse_formula_flops(model, batches[0]) if method == "simcse" else None
-    return Run(NAMES[method] + (" (torch.compile)" if compiled else ""), *steps, batches, collate_seconds, formula)
+    name = f"{NAMES[method]} {'packed' if padding_free else 'padded'}" + (" (torch.compile)" if compiled else "")
+    return Run(name, *steps, batches, collate_seconds, formula)
 
 
 def st_model(folder, config, device):
@@ -233,13 +241,21 @@ def st_run(folder, config, device, precision, compiled, feature_batches) -> Run:
 
 
 def simcse_formula_flops(model, batch) -> float:
-    """``6 N D + 12 L H T D + 6 N_head S`` for one SimCSE step on ``batch`` (see the module docstring)."""
+    """``6 N D + 12 L H A + 6 N_head S`` for one SimCSE step on ``batch`` (see the module docstring): D the token
+    positions the layers run on (packed: the real tokens), A the query-key pairs attention computes (padded: S x T^2;
+    packed: the sum over its attention blocks of sentences x longest^2)."""
     encoder_config = model.config.encoder_config
     matmul_weights = sum(m.weight.numel() for m in model.encoder.modules() if isinstance(m, nn.Linear))
     head_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)) - matmul_weights
-    sequences, length = batch["input_ids"][..., 0].numel(), batch["input_ids"].shape[-1]
-    tokens = sequences * length
-    attention = 12 * encoder_config.num_hidden_layers * encoder_config.hidden_size * length * tokens
+    lengths = batch.get("sequence_lengths")
+    if lengths is None:
+        sequences, length = batch["input_ids"][..., 0].numel(), batch["input_ids"].shape[-1]
+        tokens, pairs = sequences * length, sequences * length**2
+    else:
+        blocks = PackedSequences.from_lengths(lengths).blocks
+        sequences, tokens = lengths.numel(), batch["input_ids"].numel()
+        pairs = sum(count * longest**2 for _, count, longest, _ in blocks)
+    attention = 12 * encoder_config.num_hidden_layers * encoder_config.hidden_size * pairs
     return 6 * matmul_weights * tokens + attention + 6 * head_weights * sequences
 
 
@@ -248,10 +264,13 @@ def shape_key(batch) -> tuple:
 
 
 def view_tokens(batch) -> tuple:
-    """``(padded, real)`` tokens of the contrastive views (csekit's ``input_ids``, or ST's ``<column>.input_ids``)."""
+    """``(positions, real)`` tokens of the contrastive views: the positions the encoder runs on (padding included)
+    and the real tokens among them (csekit's ``input_ids``, packed or padded, or ST's ``<column>.input_ids``)."""
     def total(name, count):
         return sum(count(v) for k, v in batch.items() if k == name or k.endswith("." + name))
 
+    if "sequence_lengths" in batch:  # packed: every position is a real token
+        return batch["input_ids"].numel(), int(batch["sequence_lengths"].sum())
     return total("input_ids", torch.numel), total("attention_mask", lambda mask: int(mask.sum()))
 
 
@@ -365,6 +384,7 @@ def markdown(record) -> str:
         busy = r.get("profile", {}).get("gpu_busy_share")
         rows.append(
             f"| {r['name']} | {step_ms} | {r['steps_per_second']:.2f} | {r['tokens_per_second']:,.0f} | "
+            f"{r['real_tokens_per_second']:,.0f} | "
             f"{r['tflop_per_step']:.3g} | {r['achieved_tflops']:.3g} | {number(r['mfu'], '{:.1%}')} | "
             f"{r['collate_seconds_per_batch'] * 1e3:.1f} | {r['epoch_seconds']:.0f} "
             f"({r['epoch_seconds_with_collation']:.0f}) | {number(r['step_time_vs_simcse'], '{:.2f}x')} | "
@@ -372,7 +392,7 @@ def markdown(record) -> str:
         )
     for r in record["trainer"]:
         rows.append(f"| {r['name']} | {r['seconds_per_step'] * 1e3:.1f} (mean) | {1 / r['seconds_per_step']:.2f} | "
-                    f"– | – | – | – | (in the step) | {r['epoch_seconds']:.0f} | – | – |")
+                    f"– | – | – | – | – | (in the step) | {r['epoch_seconds']:.0f} | – | – |")
     peak, model = record["peak"], record["model"]
     lines = [
         f"Command: `{record['command']}`",
@@ -383,17 +403,16 @@ def markdown(record) -> str:
         f"MFU peak: {number(peak['datasheet_tflops'], '{:.1f}')} TFLOP/s ({peak['source']}); one measured "
         f"{peak['matmul_size']}^3 matmul: {peak['measured_matmul_tflops']:.3g} TFLOP/s.",
         "",
-        "| run | step ms, median (min–max) | steps/s | tokens/s | TFLOP/step | TFLOP/s | MFU | collate ms | "
-        "wiki1m epoch s (+ collation) | step time vs SimCSE | GPU busy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | step ms, median (min–max) | steps/s | positions/s | real tokens/s | TFLOP/step | TFLOP/s | MFU | "
+        "collate ms | wiki1m epoch s (+ collation) | step time vs SimCSE | GPU busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
     ]
-    simcse = next((r for r in record["results"] if r["method"] == "simcse"), None)
-    if simcse:
-        lines.append(f"SimCSE FLOPs per step: formula 6ND + 12LHTD {simcse['formula_tflop_per_step']:.4g} TFLOP, "
-                     f"counted {simcse['counted_tflop_per_step']:.4g}; padding is {simcse['padding_share']:.0%} of "
-                     "the tokens.")
+    for simcse in (r for r in record["results"] if r["method"] == "simcse"):
+        lines.append(f"{simcse['name']} FLOPs per step: formula 6ND + 12LHA {simcse['formula_tflop_per_step']:.4g} "
+                     f"TFLOP, counted {simcse['counted_tflop_per_step']:.4g}; padding is {simcse['padding_share']:.0%} "
+                     "of the positions.")
     for r in record["results"]:
         profile = r.get("profile", {})
         if "kernels_per_step" in profile:
@@ -480,12 +499,16 @@ def run_all(args, argv) -> dict:
         config = save_random_encoder(model_config, args.size, folder)
         record["model"] = {"layers": config.num_hidden_layers, "hidden": config.hidden_size}
 
-        def bare_steps(key):
+        def bare_steps(key, padding_free=None):
             run = (st_run(folder, config, device, precision, args.compile, feature_batches) if key == "st" else
-                   csekit_run(key, folder, args.size, device, precision, args.compile, feature_batches))
-            return step_result(key, run, args, device, peak, matmul_rate, output_dir)
+                   csekit_run(key, folder, args.size, device, precision, args.compile, feature_batches,
+                              padding_free))
+            return {**step_result(key, run, args, device, peak, matmul_rate, output_dir),
+                    "padding_free": padding_free}
 
-        jobs = [(NAMES[key], lambda key=key: bare_steps(key)) for key in methods + (["st"] if args.st else [])]
+        jobs = [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed: bare_steps(
+            key, packed)) for key in methods for packed in (True, False)]
+        jobs += [(NAMES["st"], lambda: bare_steps("st"))] if args.st else []
         if args.trainer_steps:
             steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
             jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(
@@ -521,9 +544,12 @@ def run_all(args, argv) -> dict:
 def write_record(record, output_dir) -> str:
     """Add the comparisons to SimCSE and the target verdict, write JSON + markdown, return the markdown."""
     results, trainer = record["results"], record["trainer"]
-    simcse = next((r for r in results if r["method"] == "simcse"), None)
+    def simcse(padding_free):  # each csekit run against SimCSE on the same layout; sentence-transformers: packed
+        return next((r for r in results if r["method"] == "simcse" and r["padding_free"] == padding_free), None)
+
     for r in results:
-        r["step_time_vs_simcse"] = r["seconds_per_step"] / simcse["seconds_per_step"] if simcse else None
+        baseline = simcse(True if r["padding_free"] is None else r["padding_free"])
+        r["step_time_vs_simcse"] = r["seconds_per_step"] / baseline["seconds_per_step"] if baseline else None
     runs = [r for r in results if r["method"] == "simcse"] + [r for r in trainer if r["name"].startswith("SimCSE")]
     best = min(runs, key=lambda r: r["epoch_seconds"], default=None)
     record["target"] = {"epoch_seconds": best and best["epoch_seconds"], "run": best and best["name"],

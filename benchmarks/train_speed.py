@@ -1,29 +1,48 @@
-"""SimCSE training speed vs sentence-transformers' MultipleNegativesRankingLoss, both through their own Trainers.
+"""Training speed: csekit's SimCSE on packed batches, on padded batches, and sentence-transformers, each through its
+own Trainer, in alternating rounds.
 
-Same model (all-MiniLM-L6-v2, mean pooling), batch 64, max length 32, the same wiki sentences, unsupervised pairs
-(each sentence with itself; dropout makes the views differ), temperature 0.05 == MNRL scale 20. csekit runs the
-SimCSE recipe's model, collator, trainer and training arguments (``csekit train simcse --pooler_type avg`` with STS-B
-dev evaluation and checkpoints off); sentence-transformers runs ``SentenceTransformerTrainer``. A callback times the
-optimizer steps after ``--warmup`` of them, end to end: collation, forward, loss, backward, clipping, AdamW and the
-Trainer's bookkeeping. The two sides alternate round by round (a fresh model and Trainer each round), so background
-load hits both alike. Reported: median and min-max over the rounds of the wall and process-CPU seconds per step and
-of the per-round ratio (sentence-transformers time / csekit time: > 1 means csekit is faster).
+Workloads (``--workloads``), batch 64, max length 32, all-MiniLM-L6-v2, mean pooling, temperature 0.05 == MNRL
+scale 20:
 
-The compute floor: the FLOPs of one step (``torch.utils.flop_counter``: every matmul, forward and backward) over
-this CPU's measured rate for one 1024^3 float32 matmul with the same threads, both in CPU seconds of this process
-(a busy machine dilutes wall time, not CPU time). "CPU x floor" = CPU seconds per step / floor.
+* ``wiki``: unsupervised pairs of wiki sentences (each sentence with itself; dropout makes the views differ);
+* ``nli``: supervised NLI triplets (sent0, sent1, hard_neg: SimCSE's supervised loss with hard negatives against
+  MNRL with a negative column), from ``--nli-file``.
+
+csekit runs the SimCSE recipe's model, collator, trainer and training arguments (``csekit train simcse
+--pooler_type avg`` with STS-B dev evaluation and checkpoints off): once packed (``--padding_free true``, the
+default) and once padded (``--padding_free false``: each view padded on its own). sentence-transformers runs
+``SentenceTransformerTrainer`` + ``MultipleNegativesRankingLoss``, which tokenizes and pads each column on its own.
+A callback times the optimizer steps after ``--warmup`` of them, end to end: collation, forward, loss, backward,
+clipping, AdamW and the Trainer's bookkeeping. The sides alternate round by round (a fresh model and Trainer each
+round), so background load hits all alike. Reported: median and min-max over the rounds of the wall and
+process-CPU seconds per step, tokens per second, and the per-round ratios (> 1: the first side is faster).
+
+Tokens. Both Trainers draw uniformly random batches, so a step's expected work is measured on ``--sample-batches``
+random batches of the same data: real tokens per step, and the positions each layout makes the layers run on
+(packed: the real tokens; padded: every view at its own longest sentence, as both padded sides pad). Their ratio,
+padded positions / packed positions, is the most packing can gain. Tokens per second = real tokens per step /
+wall seconds per step.
+
+The compute floor: the FLOPs of one step (``torch.utils.flop_counter``: every matmul and attention, forward and
+backward), the mean over 3 of those random batches for each layout, over this CPU's measured rate for one 1024^3
+float32 matmul with the same threads, both in CPU seconds of this process (a busy machine dilutes wall time, not CPU
+time). "CPU x floor" = CPU seconds per step / the floor of the side's layout (sentence-transformers: padded).
+
+``--bert-base-steps N`` (default 3; 0 skips) also runs a bert-base-shaped model (12 x 768, random weights, the
+MiniLM tokenizer) for N steps per side, one round, on the wiki workload: CPU seconds per step and their ratios.
 
     OMP_NUM_THREADS=2 python benchmarks/train_speed.py [--steps 6] [--warmup 1] [--rounds 5] [--output DIR]
 """
 
 import argparse
+import random
 import shlex
 import sys
 import tempfile
 import time
 
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, BertConfig, BertModel
 
 from common import (
     TrainerStepTimer,
@@ -44,6 +63,10 @@ from csekit.trainers.data import load_training_dataset
 
 BATCH, MAX_LENGTH, TEMPERATURE = 64, 32, 0.05
 TRAIN_FILE = "wiki/wiki1m_for_simcse.txt"  # `csekit download wiki1m`
+NLI_FILE = "nli/snli_devtest_for_simcse.csv"  # sent0,sent1,hard_neg triplets (SimCSE's supervised format)
+ST_COLUMNS = {"sent0": "anchor", "sent1": "positive", "hard_neg": "negative"}
+SIDES = ("csekit packed", "csekit padded", "sentence-transformers")
+BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 
 
 def recipe_flags(output_dir, steps, device, bf16=False, extra=()) -> list:
@@ -74,8 +97,10 @@ def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False
     return {"wall": timer.seconds_per_step, "cpu": timer.cpu_seconds_per_step}
 
 
-def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, torch_compile=False):
-    """``SentenceTransformerTrainer`` with MNRL (scale 1/tau) for ``steps`` steps; ``{"wall", "cpu"}`` s per step."""
+def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, torch_compile=False, columns=None):
+    """``SentenceTransformerTrainer`` with MNRL (scale 1/tau) for ``steps`` steps; ``{"wall", "cpu"}`` s per step.
+    ``columns`` (``{"anchor": [...], "positive": [...], "negative": [...]}``) replaces the unsupervised pairs of
+    ``sentences``."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -90,19 +115,117 @@ def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, tor
             torch_compile=torch_compile,
         )
         SentenceTransformerTrainer(
-            model=model, args=args, train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
+            model=model, args=args,
+            train_dataset=Dataset.from_dict(columns or {"anchor": sentences, "positive": sentences}),
             loss=MultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE), callbacks=[timer],
         ).train()
     return {"wall": timer.seconds_per_step, "cpu": timer.cpu_seconds_per_step}
 
 
-def step_flops(model_path, sentences) -> int:
-    """FLOPs of one SimCSE training step (forward + backward of both views) on the first batch."""
-    model_args = SIMCSE.parse(["--pooler_type", "avg"])[0]
-    model = SIMCSE.build_model(str(model_path), model_args).train()
-    collator = SIMCSE.collator(AutoTokenizer.from_pretrained(model_path), model, SIMCSE.parse([])[1], None)
-    batch = collator([{"sent0": s} for s in sentences[:BATCH]])
-    return count_flops(lambda: model(**batch).embeddings.sum().backward())
+def sample_batches(examples, count) -> list:
+    """``count`` batches of ``BATCH`` examples drawn uniformly, as both Trainers' random samplers draw them."""
+    rng = random.Random(0)
+    return [rng.sample(examples, BATCH) for _ in range(count)]
+
+
+def step_work(model_path, examples, count) -> dict:
+    """Expected work of one step over ``count`` random batches: real tokens, positions per layout, and the FLOPs of
+    one packed and one padded step (mean over the first 3 batches)."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model_args, data_args = SIMCSE.parse(["--pooler_type", "avg"])[:2]
+    work = {"real_tokens": 0.0, "positions": {"packed": 0.0, "padded": 0.0}, "flops": {}}
+    batches = sample_batches(examples, count)
+    for layout in ("packed", "padded"):
+        model = SIMCSE.build_model(str(model_path), model_args).train()
+        data_args.padding_free = layout == "packed"
+        collator = SIMCSE.collator(tokenizer, model, data_args, None)
+        flops = []
+        for index, features in enumerate(batches):
+            batch = collator(features)
+            if layout == "packed":
+                positions = batch["sequence_lengths"].sum().item()
+                work["real_tokens"] += positions / count
+            else:  # each view at its own longest sentence
+                mask = batch["attention_mask"]
+                positions = (mask.shape[0] * mask.sum(-1).amax(0)).sum().item()
+            work["positions"][layout] += positions / count
+            if index < 3:
+                flops.append(count_flops(lambda: model(**batch).embeddings.sum().backward()))
+        work["flops"][layout] = sum(flops) / len(flops)
+    return work
+
+
+def minilm_st_model(model_path, device):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_path), device=device.type)
+    model.max_seq_length = MAX_LENGTH
+    return model
+
+
+def save_bert_base_shaped(model_path, folder) -> str:
+    """A random bert-base-shaped encoder with MiniLM's vocabulary and tokenizer, saved as a sentence-transformers
+    folder would be read (mean pooling by default)."""
+    torch.manual_seed(0)
+    config = BertConfig.from_pretrained(model_path, **BERT_BASE)
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(model_path).save_pretrained(folder)
+    return folder
+
+
+def st_random_model(folder, device):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    transformer = Transformer(folder, max_seq_length=MAX_LENGTH)
+    return SentenceTransformer(modules=[transformer, Pooling(BERT_BASE["hidden_size"], "mean")], device=device.type)
+
+
+def side_runs(model_path, make_st_model, train_file, st_columns, steps, warmup, device) -> dict:
+    """The three sides on one workload, as ``interleaved`` candidates."""
+    sentences = None if st_columns else read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)
+    avg = ["--pooler_type", "avg"]
+    return {
+        "csekit packed": lambda: csekit_trainer_run(model_path, train_file, steps, warmup, device,
+                                                    extra_flags=avg + ["--padding_free", "true"]),
+        "csekit padded": lambda: csekit_trainer_run(model_path, train_file, steps, warmup, device,
+                                                    extra_flags=avg + ["--padding_free", "false"]),
+        "sentence-transformers": lambda: st_trainer_run(make_st_model, sentences, steps, warmup, device,
+                                                        columns=st_columns),
+    }
+
+
+def ratio(timings, faster, slower, key) -> str:
+    return format_spread([s[key] / f[key] for f, s in zip(timings[faster], timings[slower])])
+
+
+def workload_lines(name, timings, work, floors, rounds) -> list:
+    packed, padded = work["positions"]["packed"], work["positions"]["padded"]
+    layout = {"csekit packed": "packed", "csekit padded": "padded", "sentence-transformers": "padded"}
+    rows = []
+    for side, runs in timings.items():
+        wall = spread(r["wall"] for r in runs)["median"]
+        cpu = spread(r["cpu"] for r in runs)["median"]
+        walls, cpus = format_spread([r["wall"] for r in runs]), format_spread([r["cpu"] for r in runs])
+        positions = work["positions"][layout[side]]
+        rows.append(f"| {side} | {walls} | {cpus} | {work['real_tokens'] / wall:,.0f} | {positions:,.0f} | "
+                    f"{cpu / floors[layout[side]]:.2f} |")
+    return [
+        f"**{name}**: {work['real_tokens']:,.0f} real tokens per step; the layers run on {packed:,.0f} positions "
+        f"packed and {padded:,.0f} padded (ratio {padded / packed:.2f}: the most packing can gain).", "",
+        "| side | wall s/step, median (min–max) | CPU s/step | real tokens/s | positions/step | CPU x floor |",
+        "|---|---:|---:|---:|---:|---:|", *rows, "",
+        f"Per-round ratios ({rounds} rounds), wall (CPU): sentence-transformers / csekit packed "
+        f"**{ratio(timings, 'csekit packed', 'sentence-transformers', 'wall')}** "
+        f"({ratio(timings, 'csekit packed', 'sentence-transformers', 'cpu')}); "
+        f"csekit padded / csekit packed {ratio(timings, 'csekit packed', 'csekit padded', 'wall')} "
+        f"({ratio(timings, 'csekit packed', 'csekit padded', 'cpu')}); "
+        f"sentence-transformers / csekit padded {ratio(timings, 'csekit padded', 'sentence-transformers', 'wall')} "
+        f"({ratio(timings, 'csekit padded', 'sentence-transformers', 'cpu')}).",
+        f"Floor: {work['flops']['packed'] / 1e12:.3f} TFLOP per packed step, {work['flops']['padded'] / 1e12:.3f} "
+        f"per padded step / {floors['rate'] / 1e9:.0f} GFLOP per CPU-second = {floors['packed']:.2f} and "
+        f"{floors['padded']:.2f} CPU s/step.", "",
+    ]
 
 
 def main(argv=None):
@@ -111,54 +234,63 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every round.")
     parser.add_argument("--rounds", type=int, default=5, help="Alternating rounds per side (at least 5 for a spread).")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: OMP_NUM_THREADS).")
-    parser.add_argument("--train-file", default=TRAIN_FILE, help="Sentences (a path, or relative to the data folder).")
+    parser.add_argument("--workloads", default="wiki,nli", help="Comma-separated, of: wiki, nli.")
+    parser.add_argument("--train-file", default=TRAIN_FILE, help="wiki sentences (a path, or in the data folder).")
+    parser.add_argument("--nli-file", default=NLI_FILE, help="NLI triplets CSV (a path, or in the data folder).")
+    parser.add_argument("--sample-batches", type=int, default=200, help="Random batches measuring a step's tokens.")
+    parser.add_argument("--bert-base-steps", type=int, default=3, help="Steps per side of the bert-base-shaped run.")
     parser.add_argument("--output", default=None, help="Folder for train_speed.json and train_speed.md.")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     device = torch.device("cpu")
     model_path = embedded_minilm_path()
-    train_file = resolve_data_file(args.train_file)
-    sentences = read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)
-
-    def st_model():
-        from sentence_transformers import SentenceTransformer
-
-        model = SentenceTransformer(str(model_path), device="cpu")
-        model.max_seq_length = MAX_LENGTH
-        return model
-
-    timings = interleaved({
-        "csekit SimCSETrainer": lambda: csekit_trainer_run(model_path, train_file, args.steps, args.warmup, device,
-                                                           extra_flags=["--pooler_type", "avg"]),
-        "sentence-transformers MNRL": lambda: st_trainer_run(st_model, sentences, args.steps, args.warmup, device),
-    }, args.rounds, warmup=False)  # each run's first --warmup steps are its warm-up
-    ours, theirs = timings["csekit SimCSETrainer"], timings["sentence-transformers MNRL"]
-    flops = step_flops(model_path, sentences)
     rate = matmul_tflops(device, torch.float32, clock=time.process_time) * 1e12  # per CPU-second of this process
-    floor = flops / rate
     command = f"python benchmarks/train_speed.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
-    wall_ratio = format_spread([t["wall"] / o["wall"] for o, t in zip(ours, theirs)])
-    cpu_ratio = format_spread([t["cpu"] / o["cpu"] for o, t in zip(ours, theirs)])
-    lines = [
-        f"Command: `{command}`", f"Machine: {machine_description()}", "",
-        "| side | wall s/step, median (min–max) | CPU s/step | CPU x floor |", "|---|---:|---:|---:|",
-        *[f"| {name} | {format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} | "
-          f"{spread(r['cpu'] for r in runs)['median'] / floor:.2f} |" for name, runs in timings.items()],
-        "",
-        f"Ratio sentence-transformers / csekit, per round: wall **{wall_ratio}**, CPU {cpu_ratio} "
-        f"({args.rounds} rounds).",
-        f"Floor: {flops / 1e12:.3f} TFLOP per step / {rate / 1e9:.0f} GFLOP per CPU-second (one 1024^3 float32 "
-        f"matmul, {torch.get_num_threads()} threads) = {floor:.2f} CPU s/step.",
-    ]
+    lines = [f"Command: `{command}`", f"Machine: {machine_description()}", ""]
+    record = {"command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
+              "warmup": args.warmup, "matmul_gflops": rate / 1e9, "workloads": {}}
+    for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
+        if workload == "wiki":
+            train_file = resolve_data_file(args.train_file)
+            examples = [{"sent0": s} for s in read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)]
+            columns, title = None, "wiki1m, unsupervised pairs, max length 32"
+        elif workload == "nli":
+            train_file = resolve_data_file(args.nli_file)
+            examples = load_training_dataset(str(train_file), None, BATCH).to_list()
+            columns = {ST_COLUMNS[key]: [e[key] for e in examples] for key in ST_COLUMNS}
+            title = "NLI triplets (sent0, sent1, hard_neg), max length 32"
+        else:
+            parser.error(f"--workloads: unknown workload {workload!r} (wiki, nli)")
+        work = step_work(model_path, examples, args.sample_batches)
+        floors = {"rate": rate, **{layout: flops / rate for layout, flops in work["flops"].items()}}
+        timings = interleaved(side_runs(model_path, lambda: minilm_st_model(model_path, device), train_file, columns,
+                                        args.steps, args.warmup, device), args.rounds, warmup=False)
+        lines += workload_lines(title, timings, work, floors, args.rounds)
+        record["workloads"][workload] = {
+            "train_file": train_file.name, "work": work, "floor_cpu_seconds_per_step": floors,
+            "seconds_per_step": {side: [r["wall"] for r in runs] for side, runs in timings.items()},
+            "cpu_seconds_per_step": {side: [r["cpu"] for r in runs] for side, runs in timings.items()},
+        }
+        print("\n".join(lines), flush=True)
+    if args.bert_base_steps:
+        train_file = resolve_data_file(args.train_file)
+        with tempfile.TemporaryDirectory() as folder:
+            save_bert_base_shaped(model_path, folder)
+            runs = side_runs(folder, lambda: st_random_model(folder, device), train_file, None, args.bert_base_steps,
+                             1, device)
+            timings = interleaved(runs, 1, warmup=False)
+        cpu = {side: results[0]["cpu"] for side, results in timings.items()}
+        lines += [
+            f"**bert-base-shaped** (12 x 768, random weights), wiki, batch 64 x max length 32, "
+            f"{args.bert_base_steps} steps per side (1 untimed), one round: CPU s/step "
+            + ", ".join(f"{side} {seconds:.1f}" for side, seconds in cpu.items())
+            + f"; sentence-transformers / csekit packed **{cpu['sentence-transformers'] / cpu['csekit packed']:.2f}**,"
+            f" csekit padded / csekit packed {cpu['csekit padded'] / cpu['csekit packed']:.2f}.", ""]
+        record["bert_base_shaped"] = {"steps": args.bert_base_steps, "cpu_seconds_per_step": cpu,
+                                      "seconds_per_step": {side: r[0]["wall"] for side, r in timings.items()}}
     print("\n".join(lines))
     if args.output:
-        write_outputs(args.output, "train_speed", {
-            "command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
-            "warmup": args.warmup,
-            "seconds_per_step": {name: [r["wall"] for r in runs] for name, runs in timings.items()},
-            "cpu_seconds_per_step": {name: [r["cpu"] for r in runs] for name, runs in timings.items()},
-            "step_tflop": flops / 1e12, "matmul_gflops": rate / 1e9, "floor_seconds_per_step": floor,
-        }, "\n".join(lines) + "\n")
+        write_outputs(args.output, "train_speed", record, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ from transformers.utils import logging as transformers_logging
 from .configuration_cmlm_cse import CMLMCSEConfig
 from .modeling_encoder import SentenceEmbeddingOutput
 from .modeling_simcse import SimCSEModel
+from .packing import PackedSequences, position_offset
 
 logger = logging.getLogger(__name__)
 
@@ -186,28 +187,42 @@ class CMLMAuxiliaryNetwork(nn.Module):
         self,
         sentence_embeddings: torch.Tensor,
         mlm_input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        attention_mask: Optional[torch.Tensor],
         mlm_labels: torch.Tensor,
         token_type_ids: Optional[torch.Tensor] = None,
+        sequence_lengths: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Conditional-MLM loss.
 
         Args:
             sentence_embeddings: ``(B, H)`` h from the contrastive branch (gradients flow back into it).
-            mlm_input_ids: ``(B, T)`` masked tokens x'.
-            attention_mask: ``(B, T)``.
-            mlm_labels: ``(B, T)`` original token ids on masked positions, ``-100`` elsewhere.
+            mlm_input_ids: ``(B, T)`` masked tokens x', or their packed ``(1, N)`` row.
+            attention_mask: ``(B, T)`` (``None`` for a packed row).
+            mlm_labels: original token ids on masked positions, ``-100`` elsewhere; ``mlm_input_ids``' shape.
             token_type_ids: optional ``(B, T)``.
+            sequence_lengths: ``(B,)`` token counts of a packed row (``packing.py``).
         Returns:
             scalar cross-entropy, mean over the masked positions (0 with a gradient path if none is masked).
         """
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        packed = None if sequence_lengths is None else PackedSequences.from_lengths(sequence_lengths)
+        if packed is not None:  # the extractor's and the fusioner's attention stay within each sentence
+            extra = {"position_ids": (packed.positions + position_offset(self.extractor))[None],
+                     **packed.attention_kwargs()}
         with torch.no_grad():
             lexical = self.extractor(input_ids=mlm_input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-        fused = torch.cat([sentence_embeddings.unsqueeze(1).to(lexical.dtype), lexical[:, 1:]], dim=1)
-        mask = create_bidirectional_mask(config=self.mask_config, inputs_embeds=fused, attention_mask=attention_mask)
+        if packed is None:
+            fused = torch.cat([sentence_embeddings.unsqueeze(1).to(lexical.dtype), lexical[:, 1:]], dim=1)
+            mask = create_bidirectional_mask(config=self.mask_config, inputs_embeds=fused,
+                                             attention_mask=attention_mask)
+            extra = {}
+        else:  # h takes the first token of every sentence of the row
+            starts = packed.cu_seq_lens[:-1].long()
+            fused = lexical.index_copy(1, starts, sentence_embeddings.unsqueeze(0).to(lexical.dtype))
+            mask = None
+            extra.pop("position_ids")
         for layer in self.fusioner:
-            fused = layer(fused, mask)
+            fused = layer(fused, mask, **extra)
         # only masked positions reach the vocabulary projection: the loss ignores the rest, and V x H is the
         # expensive matmul of the whole auxiliary network. The projection is the frozen extractor's word embeddings
         # (detached, whatever their requires_grad): L_MLM reaches the trained encoder through h alone.
@@ -271,21 +286,22 @@ class CMLMCSEForPreTraining(CMLMCSEModel):
         attention_mask: Optional[torch.Tensor] = None,
         token_type_ids: Optional[torch.Tensor] = None,
         token_weights: Optional[torch.Tensor] = None,
+        sequence_lengths: Optional[torch.Tensor] = None,
         mlm_input_ids: Optional[torch.Tensor] = None,
         mlm_labels: Optional[torch.Tensor] = None,
     ) -> CMLMCSEPreTrainingOutput:
-        """Encode ``(B, V, T)`` views; given ``mlm_input_ids``/``mlm_labels`` ``(B, T)`` (view 0 masked), add L_MLM."""
-        output = super().forward(input_ids, attention_mask, token_type_ids, token_weights)
+        """Encode ``(B, V, T)`` views (or their packed row with ``sequence_lengths (B, V)``); given
+        ``mlm_input_ids``/``mlm_labels`` (view 0 masked: ``(B, T)``, or packed ``(1, N0)``), add L_MLM."""
+        output = super().forward(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
         mlm_loss = None
         if mlm_input_ids is not None:
-            if input_ids.dim() != 3 or mlm_labels is None:
+            if output.embeddings.dim() != 3 or mlm_labels is None:
                 raise ValueError("the MLM branch needs (batch, views, seq_len) inputs and mlm_labels")
-            mask = torch.ones_like(mlm_input_ids) if attention_mask is None else attention_mask[:, 0]
-            mlm_loss = self.auxiliary(
-                output.embeddings[:, 0],
-                mlm_input_ids,
-                mask,
-                mlm_labels,
-                None if token_type_ids is None else token_type_ids[:, 0],
-            )
+            if sequence_lengths is not None:
+                mlm_loss = self.auxiliary(output.embeddings[:, 0], mlm_input_ids, None, mlm_labels,
+                                          sequence_lengths=sequence_lengths[:, 0])
+            else:
+                mask = torch.ones_like(mlm_input_ids) if attention_mask is None else attention_mask[:, 0]
+                mlm_loss = self.auxiliary(output.embeddings[:, 0], mlm_input_ids, mask, mlm_labels,
+                                          None if token_type_ids is None else token_type_ids[:, 0])
         return CMLMCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, mlm_loss=mlm_loss)

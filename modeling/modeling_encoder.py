@@ -10,7 +10,8 @@ from transformers.utils import ModelOutput
 
 from .configuration_encoder import SentenceEncoderConfig
 from .encoding import encode_sentences
-from .pooling import encoder_layer_states, pool
+from .packing import PackedSequences, packing_unsupported, position_offset, use_packed_attention
+from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
 
 
 @dataclass
@@ -104,11 +105,56 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         token_type_ids: Optional[torch.Tensor] = None,
         token_weights: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """Run the encoder on ``(n, seq_len)`` tokens and pool to ``(n, hidden)``."""
+        """Run the encoder on ``(n, seq_len)`` padded tokens and pool to ``(n, hidden)``."""
         layers = self.pooling_layers
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         _, hidden_states, static = encoder_layer_states(self.encoder, layers, input_ids, attention_mask, **extra)
         return pool(self.config.pooler_type, layers, hidden_states, attention_mask, static, token_weights)
+
+    def pool_packed(self, input_ids: torch.Tensor, sequence_lengths: torch.Tensor) -> torch.Tensor:
+        """Run the encoder on a packed ``(1, N)`` row of ``sequence_lengths.numel()`` sentences (see ``packing.py``)
+        and pool to ``(sentences, hidden)``. The positions restart at every sentence (from the backbone's own first
+        position id), the boundaries reach the attention function through the backbone's ``**kwargs``, and the
+        layers the pooler reads are scattered back to the padded layout for the same :func:`pool`. Token type ids
+        are the backbone's default zeros, as a tokenizer gives them for single sentences."""
+        packed = PackedSequences.from_lengths(sequence_lengths)
+        layers = self.pooling_layers
+        position_ids = (packed.positions + position_offset(self.encoder))[None]
+        _, hidden_states, static = encoder_layer_states(self.encoder, layers, input_ids, None,
+                                                        position_ids=position_ids, **packed.attention_kwargs())
+        hidden_states = {i: packed.unpack(hidden_states[i]) for i in layers if i != STATIC_EMBEDDINGS_LAYER}
+        return pool(self.config.pooler_type, layers, hidden_states, packed.attention_mask, packed.unpack(static))
+
+    def pool_views(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        token_type_ids: Optional[torch.Tensor] = None,
+        token_weights: Optional[torch.Tensor] = None,
+        sequence_lengths: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Pooled ``(batch[, views], hidden)`` vectors of a padded ``(batch[, views], seq_len)`` batch or, given
+        ``sequence_lengths (batch, views)``, of a packed ``(1, N)`` row.
+
+        Padded views of different lengths (supervised columns: premise, entailment, contradiction) are encoded
+        one view at a time, each cut to its own longest sentence, as sentence-transformers pads each column: the
+        encoder never computes positions that only another column needed.
+        """
+        if sequence_lengths is not None:
+            if token_weights is not None:
+                raise ValueError("token_weights are not supported for packed batches")
+            return self.pool_packed(input_ids, sequence_lengths).reshape(*sequence_lengths.shape, -1)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        inputs = (input_ids, attention_mask, token_type_ids, token_weights)
+        if input_ids.dim() == 3 and input_ids.shape[1] > 1:
+            # one past the last real token of each view (right or left padding alike)
+            ends = (attention_mask * torch.arange(1, input_ids.shape[-1] + 1, device=input_ids.device)).amax((0, 2))
+            if (ends != ends[0]).any():
+                views = [[None if t is None else t[:, view, : int(end)] for t in inputs]
+                         for view, end in enumerate(ends.tolist())]
+                return torch.stack([self.pool_tokens(*view) for view in views], dim=1)
+        return self.pool_tokens(*map(flatten_views, inputs)).reshape(*input_ids.shape[:-1], -1)
 
     def forward(
         self,
@@ -116,16 +162,22 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         attention_mask: Optional[torch.Tensor] = None,
         token_type_ids: Optional[torch.Tensor] = None,
         token_weights: Optional[torch.Tensor] = None,
+        sequence_lengths: Optional[torch.Tensor] = None,
     ) -> SentenceEmbeddingOutput:
-        """Encode tokens of shape ``(batch, seq_len)`` or ``(batch, views, seq_len)`` into sentence vectors."""
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        lead_shape = input_ids.shape[:-1]
-        pooled = self.pool_tokens(*map(flatten_views, (input_ids, attention_mask, token_type_ids, token_weights)))
-        embeddings = self.head(pooled)
-        return SentenceEmbeddingOutput(
-            embeddings=embeddings.reshape(*lead_shape, -1), pooled=pooled.reshape(*lead_shape, -1)
-        )
+        """Encode tokens of shape ``(batch, seq_len)`` or ``(batch, views, seq_len)`` into sentence vectors, or a
+        packed row ``(1, N)`` with ``sequence_lengths (batch, views)`` into ``(batch, views, hidden)``."""
+        pooled = self.pool_views(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
+        embeddings = self.head(pooled.reshape(-1, pooled.shape[-1]))
+        return SentenceEmbeddingOutput(embeddings=embeddings.reshape(*pooled.shape[:-1], -1), pooled=pooled)
+
+    # ----------------------------------------------------------------------------------------------- packed batches
+    def packing_unsupported(self) -> Optional[str]:
+        """Why this model cannot train on packed batches (``packing.py``), or ``None`` when it can."""
+        return packing_unsupported(self.encoder)
+
+    def use_packed_attention(self) -> None:
+        """Let the encoder run packed batches; padded ones are encoded as before (``packing.py``)."""
+        use_packed_attention(self)
 
     # ----------------------------------------------------------------------------------------------- inference API
     @property

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from .configuration_whitenedcse import WhitenedCSEConfig
-from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderPreTrainedModel, flatten_views
+from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderPreTrainedModel
 from .modeling_simcse import MLPHead
 from .whitening import GroupWhitening
 
@@ -64,22 +64,22 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
         attention_mask: Optional[torch.Tensor] = None,
         token_type_ids: Optional[torch.Tensor] = None,
         token_weights: Optional[torch.Tensor] = None,
+        sequence_lengths: Optional[torch.Tensor] = None,
     ) -> SentenceEmbeddingOutput:
         """Eval mode: ``(batch[, views], seq_len)`` -> sentence vectors. Training: ``(batch, views, seq_len)`` with
-        ``config.num_views`` views -> anchor + positives ``(batch, 1 + num_positives, hidden)``."""
+        ``config.num_views`` views, or their packed row with ``sequence_lengths (batch, views)`` -> anchor +
+        positives ``(batch, 1 + num_positives, hidden)``."""
         if not self.training:
-            return super().forward(input_ids, attention_mask, token_type_ids, token_weights)
+            return super().forward(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
         views = self.config.num_views
-        if input_ids.dim() != 3 or input_ids.shape[1] != views:
+        shape = tuple(input_ids.shape if sequence_lengths is None else sequence_lengths.shape)
+        if len(shape) != (3 if sequence_lengths is None else 2) or shape[1] != views:
             raise ValueError(
-                f"WhitenedCSE training expects input_ids of shape (batch, {views}, seq_len) for positive_source="
-                f"{self.config.positive_source!r}, got {tuple(input_ids.shape)}"
+                f"WhitenedCSE training expects {views} views per sentence for positive_source="
+                f"{self.config.positive_source!r}: input_ids (batch, {views}, seq_len) or sequence_lengths "
+                f"(batch, {views}), got {shape}"
             )
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        batch = input_ids.shape[0]
-        pooled = self.pool_tokens(*map(flatten_views, (input_ids, attention_mask, token_type_ids, token_weights)))
-        pooled = pooled.reshape(batch, views, -1)
+        pooled = self.pool_views(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
         draws = pooled.transpose(0, 1)  # (views, batch, hidden)
         if self.config.positive_source == "sgw":
             # anchor: one draw of view 0; positives: num_positives independent draws of view 1

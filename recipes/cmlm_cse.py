@@ -44,7 +44,8 @@ class AugmentationArguments:
 
 def make_collator(tokenizer, model, data_args, augmentation: AugmentationArguments) -> CMLMCSECollator:
     augment = contrastive_augmentation(augmentation.contrastive_augmentation, augmentation.word_repetition_rate)
-    return CMLMCSECollator(tokenizer, max_length=data_args.max_seq_length, augment=augment, config=model.config)
+    return CMLMCSECollator(tokenizer, max_length=data_args.max_seq_length, augment=augment, config=model.config,
+                           padding_free=data_args.padding_free)
 
 
 RECIPE = ContrastiveRecipe(CMLMCSEForPreTraining, CMLMCSETrainer, output_dir="outputs/cmlm_cse",

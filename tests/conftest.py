@@ -181,15 +181,25 @@ def fixed_masks(collator):
     """A CMLM-CSE ``collator`` whose MLM side is masked by a rule of the sentence alone instead of at random: its
     1st and 3rd word pieces become [MASK] (one in a one-word sentence). The masks then do not depend on the random
     state, on which process collates the sentence, or on what else is in its batch; and collating leaves the
-    random state as it found it."""
+    random state as it found it. Padded ``(B, T)`` and packed ``(1, N0)`` MLM sides alike."""
+    special_ids = torch.tensor(collator.tokenizer.all_special_ids)
+
+    def chosen_pieces(tokens):  # (n, T) rows of one sentence each
+        special = torch.isin(tokens, special_ids)
+        position = (~special).cumsum(dim=1)  # 1, 2, ... over the word pieces
+        return ~special & ((position == 1) | (position == 3))
 
     def collate(features):
         with torch.random.fork_rng():
             batch = collator(features)
-        tokens = batch["input_ids"][:, 0]
-        special = torch.isin(tokens, torch.tensor(collator.tokenizer.all_special_ids))
-        position = (~special).cumsum(dim=1)  # 1, 2, ... over the word pieces
-        chosen = ~special & ((position == 1) | (position == 3))
+        if "sequence_lengths" in batch:  # the packed row of view 0's sentences, restored from the labels
+            labels = batch["mlm_labels"]
+            tokens = torch.where(labels != -100, labels, batch["mlm_input_ids"])
+            lengths = batch["sequence_lengths"][:, 0].tolist()
+            chosen = torch.cat([chosen_pieces(s) for s in tokens.split(lengths, dim=1)], dim=1)
+        else:
+            tokens = batch["input_ids"][:, 0]
+            chosen = chosen_pieces(tokens)
         batch["mlm_labels"] = torch.where(chosen, tokens, torch.full_like(tokens, -100))
         batch["mlm_input_ids"] = tokens.masked_fill(chosen, collator.tokenizer.mask_token_id)
         return batch

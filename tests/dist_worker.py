@@ -44,8 +44,13 @@ def recording_trainer(trainer_class, record: Record):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             if model.training:
-                tokens, mask = inputs["input_ids"][:, 0], inputs["attention_mask"][:, 0].bool()
-                self.record.batches.append([row[keep].tolist() for row, keep in zip(tokens, mask)])
+                if "sequence_lengths" in inputs:  # packed: view 0 is every `views`-th sequence of the row
+                    lengths = inputs["sequence_lengths"]
+                    sequences = inputs["input_ids"][0].split(lengths.flatten().tolist())[:: lengths.shape[1]]
+                    self.record.batches.append([sequence.tolist() for sequence in sequences])
+                else:
+                    tokens, mask = inputs["input_ids"][:, 0], inputs["attention_mask"][:, 0].bool()
+                    self.record.batches.append([row[keep].tolist() for row, keep in zip(tokens, mask)])
                 loss = result[0] if return_outputs else result
                 self.record.losses.append(loss.item())
             return result

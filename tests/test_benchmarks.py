@@ -33,29 +33,39 @@ def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, mini
     assert (tmp_path / "gpu_throughput.md").read_text().startswith("Command: `python benchmarks/gpu_throughput.py")
     assert record["errors"] == []
     results = {r["name"]: r for r in record["results"]}
-    assert list(results) == ["SimCSE", "WhitenedCSE", "CMLM-CSE", "sentence-transformers MNRL"]
+    assert list(results) == [f"{method} {layout}" for method in ("SimCSE", "WhitenedCSE", "CMLM-CSE")
+                             for layout in ("packed", "padded")] + ["sentence-transformers MNRL"]
     assert record["model"] == {"layers": 2, "hidden": 32} and record["precision"] == "fp32"
     for r in results.values():
         seconds = r["seconds_per_step"]
         assert r["steps"] == 2 and seconds > 0 and r["step_seconds"]["min"] <= r["step_seconds"]["max"]
         assert r["steps_per_second"] == pytest.approx(1 / seconds)
-        # every batch reaches the 32-token cap: 64 sentences x 2 views x 32 padded tokens per step
-        assert r["tokens_per_second"] * seconds == pytest.approx(64 * 2 * 32)
-        assert r["real_tokens_per_second"] < r["tokens_per_second"]
+        # every batch reaches the 32-token cap: 64 sentences x 2 views x 32 padded positions per step; a packed
+        # batch runs on its real tokens only
+        if r["padding_free"]:
+            assert r["tokens_per_second"] == r["real_tokens_per_second"] and r["padding_share"] == 0
+        else:
+            assert r["tokens_per_second"] * seconds == pytest.approx(64 * 2 * 32)
+            assert r["real_tokens_per_second"] < r["tokens_per_second"]
         assert r["epoch_seconds"] == pytest.approx(WIKI1M_STEPS * seconds)
         assert r["epoch_seconds_with_collation"] > r["epoch_seconds"]
         assert r["achieved_tflops"] == pytest.approx(r["tflop_per_step"] / seconds)
         assert r["mfu"] == pytest.approx(r["achieved_tflops"] / 1.0)
-        assert r["step_time_vs_simcse"] == pytest.approx(seconds / results["SimCSE"]["seconds_per_step"])
-        slug = "sentence_transformers_mnrl" if r["method"] == "st" else r["method"]
+        simcse = results["SimCSE padded" if r["padding_free"] is False else "SimCSE packed"]
+        assert r["step_time_vs_simcse"] == pytest.approx(seconds / simcse["seconds_per_step"])
+        slug = "sentence_transformers_mnrl" if r["method"] == "st" else r["name"].lower().replace("-", "_").replace(
+            " ", "_")
         assert (tmp_path / f"profile_{slug}.txt").is_file()
-    simcse = results["SimCSE"]
-    # the formula 6ND + 12LHTD counts the two views: it must agree with the FLOPs torch counts on the real step
-    assert simcse["formula_tflop_per_step"] == pytest.approx(simcse["counted_tflop_per_step"], rel=0.02)
-    # CMLM-CSE adds the auxiliary network's work; sentence-transformers runs the same model as SimCSE
-    assert results["CMLM-CSE"]["counted_tflop_per_step"] > simcse["counted_tflop_per_step"]
+    for layout in ("packed", "padded"):
+        simcse = results[f"SimCSE {layout}"]
+        # the formula 6ND + 12LHA counts the two views: it must agree with the FLOPs torch counts on the real step
+        assert simcse["formula_tflop_per_step"] == pytest.approx(simcse["counted_tflop_per_step"], rel=0.02)
+        # CMLM-CSE adds the auxiliary network's work
+        assert results[f"CMLM-CSE {layout}"]["counted_tflop_per_step"] > simcse["counted_tflop_per_step"]
+    # packing skips the padding's work; sentence-transformers runs SimCSE's model on each column padded on its own
+    assert results["SimCSE packed"]["counted_tflop_per_step"] < results["SimCSE padded"]["counted_tflop_per_step"]
     assert results["sentence-transformers MNRL"]["counted_tflop_per_step"] == pytest.approx(
-        simcse["counted_tflop_per_step"], rel=0.02)
+        results["SimCSE padded"]["counted_tflop_per_step"], rel=0.02)
     names = [t["name"] for t in record["trainer"]]
     assert names == [f"SimCSE, Trainer.train() {name}" for name, _ in gpu_throughput.TRAINER_VARIANTS] + [
         "sentence-transformers, SentenceTransformerTrainer"] and names[0].endswith("(recipe defaults)")

@@ -143,7 +143,7 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
     assert files == sorted([
         "README.md", "alignment_uniformity.png", "config.json", "configuration_encoder.py", "configuration_simcse.py",
         "encoding.py", "eval_results.json", "model.safetensors", "modeling_encoder.py", "modeling_simcse.py",
-        "pooling.py", "tokenizer.json", "tokenizer_config.json", "training_args.json",
+        "packing.py", "pooling.py", "tokenizer.json", "tokenizer_config.json", "training_args.json",
     ])
     api.create_repo.assert_called_once_with("someone/tiny-simcse", repo_type="model", private=True, exist_ok=True)
     upload = api.upload_folder.call_args.kwargs

@@ -226,7 +226,7 @@ def test_training_forward_returns_anchor_and_positives(source, views):
     model = tiny_model(num_positives=3, positive_source=source).train()
     out = model(input_ids=torch.randint(1000, 2000, (8, views, 10)))
     assert out.embeddings.shape == (8, 4, 32) and out.pooled.shape == (8, views, 32)
-    with pytest.raises(ValueError, match=f"shape \\(batch, {views}, seq_len\\)"):
+    with pytest.raises(ValueError, match=f"input_ids \\(batch, {views}, seq_len\\)"):
         model(input_ids=torch.randint(1000, 2000, (8, views + 1, 10)))
 
 

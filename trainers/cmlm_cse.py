@@ -90,7 +90,7 @@ class CMLMCSECollator(ContrastiveCollator):
             tokens 80% become the mask token, 10% a random token and 10% stay unchanged.
 
     Returns the parent's ``(B, 2, T)`` tensors (view 0 untouched) plus ``mlm_input_ids`` and ``mlm_labels`` of shape
-    ``(B, T)``.
+    ``(B, T)``; packed (``padding_free``), the parent's row plus view 0's sentences masked, as a ``(1, N0)`` row.
     """
 
     config: CMLMCSEConfig = field(kw_only=True)
@@ -103,7 +103,13 @@ class CMLMCSECollator(ContrastiveCollator):
 
     def __call__(self, features: list) -> dict:
         batch = super().__call__(features)
-        batch["mlm_input_ids"], batch["mlm_labels"] = self.masker.torch_mask_tokens(batch["input_ids"][:, 0].clone())
+        if self.padding_free:  # the tokens of view 0's sequences, in order
+            lengths = batch["sequence_lengths"]
+            view = torch.arange(lengths.shape[1]).repeat(lengths.shape[0])
+            originals = batch["input_ids"][:, torch.repeat_interleave(view, lengths.flatten()) == 0]
+        else:
+            originals = batch["input_ids"][:, 0]
+        batch["mlm_input_ids"], batch["mlm_labels"] = self.masker.torch_mask_tokens(originals.clone())
         return batch
 
 

@@ -1,9 +1,25 @@
-"""Collators that turn text examples into tokenized contrastive views."""
+"""Collators that turn text examples into tokenized contrastive views, padded or packed."""
 
+import logging
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import torch
+
 from .data import PAIR_COLUMNS
+
+logger = logging.getLogger(__name__)
+
+
+def enable_padding_free(model) -> bool:
+    """Switch ``model`` to packed batches when its backbone can run them (``modeling/packing.py``); otherwise say
+    in one log line why batches stay padded. Returns whether batches are packed."""
+    reason = model.packing_unsupported()
+    if reason is not None:
+        logger.info("padding-free training is off, batches are padded: %s", reason)
+        return False
+    model.use_packed_attention()
+    return True
 
 
 @dataclass
@@ -13,18 +29,24 @@ class ContrastiveCollator:
     * unsupervised (only ``sent0``): the sentence twice; the two dropout masks of one encoder call make the pair.
     * supervised: ``sent0, sent1[, hard_neg]``.
 
+    With ``padding_free`` the batch is packed instead (``modeling/packing.py``): ``input_ids (1, N)`` holds the
+    real tokens of every view of every example back to back (example-major), and ``sequence_lengths (batch,
+    views)`` their counts; the two dropout views of an unsupervised sentence are two sequences of the row.
+
     Args:
         tokenizer: a Hugging Face tokenizer.
         max_length: truncation length (SimCSE: 32).
         unsupervised_views: copies of ``sent0`` when there is no ``sent1`` (2 for SimCSE).
         augment: optional ``(sentences, view_index) -> sentences`` applied to the views after the first (for
             text-level augmentations such as word repetition).
+        padding_free: emit packed batches (the model must run them: :func:`enable_padding_free`).
     """
 
     tokenizer: object
     max_length: int = 32
     unsupervised_views: int = 2
     augment: Optional[Callable] = None
+    padding_free: bool = False
 
     def view_texts(self, features: list) -> list:
         columns = [name for name in PAIR_COLUMNS if name in features[0]]
@@ -39,6 +61,8 @@ class ContrastiveCollator:
     def __call__(self, features: list) -> dict:
         views = self.view_texts(features)
         batch_size, num_views = len(features), len(views)
+        if self.padding_free:
+            return self.pack(views)
         if all(texts is views[0] for texts in views):  # unsupervised, no augmentation: tokenize once, repeat
             tokens = self.tokenize(views[0])
             return {key: value.unsqueeze(1).repeat(1, num_views, 1) for key, value in tokens.items()}
@@ -50,3 +74,21 @@ class ContrastiveCollator:
 
     def tokenize(self, texts: list) -> dict:
         return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+
+    def pack(self, views: list) -> dict:
+        """``{"input_ids": (1, N), "sequence_lengths": (batch, views)}``: the views' tokens (truncated at
+        ``max_length``), with no padding and so no attention mask."""
+        batch_size, num_views = len(views[0]), len(views)
+        if all(texts is views[0] for texts in views):  # unsupervised, no augmentation: tokenize once
+            tokens = [self.token_ids(views[0])] * num_views
+        else:
+            flat = self.token_ids([text for texts in views for text in texts])
+            tokens = [flat[view * batch_size : (view + 1) * batch_size] for view in range(num_views)]
+        sequences = [tokens[view][example] for example in range(batch_size) for view in range(num_views)]
+        return {
+            "input_ids": torch.tensor([token for sequence in sequences for token in sequence]).unsqueeze(0),
+            "sequence_lengths": torch.tensor([len(sequence) for sequence in sequences]).view(batch_size, num_views),
+        }
+
+    def token_ids(self, texts: list) -> list:
+        return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]

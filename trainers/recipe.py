@@ -44,7 +44,7 @@ from ..options import positive_int
 from ..preflight import check_model_inputs, check_training_arguments, find_checkpoint, load_tokenizer, read_model_config
 from .clsr import CLSRTrainer, CLSRTrainingArguments
 from .clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
-from .collators import ContrastiveCollator
+from .collators import ContrastiveCollator, enable_padding_free
 from .data import load_training_dataset
 from .embedding_cache import EmbeddingCache
 from .output_dir import RunFolder, is_csekit_output
@@ -150,6 +150,8 @@ class DataArguments:
 @dataclass
 class ContrastiveDataArguments(DataArguments):
     max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
+    padding_free: bool = field(default=True, metadata={
+        "help": "Pack each batch's real tokens into one row, no padding (same math, less work); false pads."})
     eval_sickr: bool = field(default=False, metadata={"help": "Also score SICK-R trial during training."})
 
 
@@ -294,10 +296,15 @@ class ContrastiveRecipe:
         return self.model_class.from_encoder(model_path, **config_kwargs(model_args, self.config_class))
 
     def collator(self, tokenizer, model, data_args, extra_args):
+        """The training collator; packed batches (and ``model`` switched to run them) when ``--padding_free`` is on
+        and the backbone can (:func:`~csekit.trainers.collators.enable_padding_free`)."""
+        packed = data_args.padding_free and enable_padding_free(model)
+        data_args = dataclasses.replace(data_args, padding_free=packed)
         if self.make_collator is not None:
             return self.make_collator(tokenizer, model, data_args, extra_args)
         views = getattr(model.config, "num_views", 2)
-        return ContrastiveCollator(tokenizer, max_length=data_args.max_seq_length, unsupervised_views=views)
+        return ContrastiveCollator(tokenizer, max_length=data_args.max_seq_length, unsupervised_views=views,
+                                   padding_free=packed)
 
     def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> dict:
         model_args, data_args, training_args, extra_args = self.parse(argv, prog)

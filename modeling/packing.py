@@ -1,0 +1,178 @@
+"""Padding-free (packed) batches: every layer runs on real tokens only, and only attention needs the boundaries.
+
+Layout. A packed batch holds the real tokens of all its sentences back to back in one row, ``input_ids (1, N)``,
+and ``sequence_lengths (batch, views)``: the token count of view ``v`` of example ``i``, the sequences being stored
+example-major (``i`` then ``v``), as ``(batch, views, seq_len)`` tensors flatten. :class:`PackedSequences` derives
+from the lengths what the encoder needs: position ids that restart for every sentence, and the boundaries
+``cu_seq_lens`` with the longest length, which reach the attention function through the backbone's ``**kwargs``
+(transformers' ``TransformersKwargs``: ``cu_seq_lens_q/k``, ``max_length_q/k``). Embeddings, linear layers,
+LayerNorm, GELU and dropout then see the ``N`` real tokens instead of ``sentences x longest`` positions.
+
+Attention. BERT's mask builder does not derive sentence boundaries from ``position_ids`` (only the causal builder
+does), so :func:`packed_attention` takes them from the boundaries passed down. On CPU, and on GPU without
+flash-attn, it scatters q/k/v into :data:`ATTENTION_BLOCKS` padded ``(sentences, heads, longest, dim)`` blocks of
+sentences of similar length, runs one SDPA call per block with its key mask, and gathers the real rows back: a few
+calls for the whole batch, never one per sentence (the per-call overhead made that ~5x slower than padding), and
+not one block padded to the longest sentence (a supervised batch's short hypotheses would pay for its premises).
+Called without boundaries (a padded batch: evaluation, ``encode``) it is transformers' SDPA, so a model switched to
+it still encodes padded batches exactly as before. With ``attn_implementation="flash_attention_2"`` transformers'
+own varlen path reads the same ``cu_seq_lens_*`` kwargs.
+
+Dropout. The packed path drops exactly the same kind of units as the padded one: each real token's features (and
+each real query-key attention weight) are kept with probability ``1 - p``, independently. Only the layout of the
+random draws differs (the padded path also draws masks for padding positions, whose results are discarded), so the
+per-position masks differ between the two paths but their distribution over real tokens does not.
+
+Poolers. :meth:`PackedSequences.unpack` scatters the layers a pooler reads back into ``(sentences, longest, hidden)``
+with the matching attention mask, and the padded poolers of ``pooling.py`` run unchanged: one pooling code path.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, PreTrainedConfig, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+PACKED_ATTENTION = "csekit_packed"
+# attention implementations that read cu_seq_lens_* themselves (transformers' varlen kernels)
+VARLEN_ATTENTIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
+
+
+# packed sentences are attended in this many blocks of similar length (sorted by length, equal counts): a single
+# block would pad every sentence to the batch's longest, one block per sentence costs a call each
+ATTENTION_BLOCKS = 4
+
+
+@dataclass
+class PackedSequences:
+    """Boundaries of the sequences of one packed row, and the maps between the packed layout and padded ones.
+
+    Built once per forward (:meth:`from_lengths`, one host read of the lengths) and handed to every layer's
+    attention through the backbone's ``**kwargs`` (``packed_sequences``), so no layer waits on the device.
+    """
+
+    lengths: torch.Tensor  # (sentences,) token counts, in packed order
+    cu_seq_lens: torch.Tensor  # (sentences + 1,) int32: where each sequence starts, then the total
+    max_length: int
+    positions: torch.Tensor  # (N,) index of each token inside its sentence (0 at every start)
+    padded_index: torch.Tensor  # (N,) row of each token in the flattened (sentences * max_length) padded layout
+    block_index: torch.Tensor  # (N,) row of each token in the attention blocks, laid out one after the other
+    blocks: list  # (first row, sentences, longest, key mask (sentences, longest)) of each attention block
+
+    @classmethod
+    def from_lengths(cls, lengths: torch.Tensor) -> "PackedSequences":
+        device, lengths = lengths.device, lengths.reshape(-1).long()
+        host = lengths.cpu()  # the one synchronisation of a packed forward
+        starts = torch.cumsum(host, 0) - host
+        sequence = torch.repeat_interleave(torch.arange(len(host)), host)
+        positions = torch.arange(len(sequence)) - starts[sequence]
+        max_length = int(host.max())
+        # attention blocks: the sentences sorted by length, cut into ATTENTION_BLOCKS groups of equal count
+        order = torch.argsort(host, descending=True, stable=True)
+        first_row, blocks, row_of_sentence = 0, [], torch.empty_like(host)
+        for members in order.chunk(min(ATTENTION_BLOCKS, len(host))):
+            longest = int(host[members].max())
+            row_of_sentence[members] = first_row + torch.arange(len(members)) * longest
+            mask = torch.arange(longest) < host[members, None]
+            blocks.append((first_row, len(members), longest, mask.to(device)))
+            first_row += len(members) * longest
+        return cls(
+            lengths=lengths, cu_seq_lens=F.pad(torch.cumsum(host, 0), (1, 0)).to(device, torch.int32),
+            max_length=max_length, positions=positions.to(device),
+            padded_index=(sequence * max_length + positions).to(device),
+            block_index=(row_of_sentence[sequence] + positions).to(device), blocks=blocks,
+        )
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """``(sentences, max_length)`` 1 on real tokens: the padded layout's mask."""
+        return (torch.arange(self.max_length, device=self.lengths.device) < self.lengths[:, None]).long()
+
+    def attention_kwargs(self) -> dict:
+        """What the attention function needs, passed through the backbone's ``**kwargs``: transformers' varlen keys
+        (which its flash-attention path reads) and this object (which :func:`packed_attention` reads)."""
+        return {"cu_seq_lens_q": self.cu_seq_lens, "cu_seq_lens_k": self.cu_seq_lens,
+                "max_length_q": self.max_length, "max_length_k": self.max_length, "packed_sequences": self}
+
+    def unpack(self, states: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """Encoder output ``(1, N, hidden)`` -> ``(sentences, max_length, hidden)``, zeros on padding (differentiable;
+        ``None`` stays ``None``)."""
+        if states is None:
+            return None
+        tokens = states[0]
+        padded = tokens.new_zeros(len(self.lengths) * self.max_length, tokens.shape[-1])
+        return padded.index_put((self.padded_index,), tokens).view(len(self.lengths), self.max_length, -1)
+
+
+def packed_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """An ``AttentionInterface`` function: attention within each sentence of a packed row.
+
+    ``query``/``key``/``value`` are ``(1, heads, N, dim)``; returns ``((1, N, heads, dim), None)`` as transformers'
+    attention functions do. The tokens are scattered into a few padded blocks of sentences of similar length
+    (:data:`ATTENTION_BLOCKS`), each attended by one SDPA call with its key mask, and gathered back. Without
+    ``cu_seq_lens_q`` (a padded batch) this is transformers' SDPA function.
+    """
+    packed = kwargs.pop("packed_sequences", None)
+    if packed is None:
+        if kwargs.get("cu_seq_lens_q") is None:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)
+        cu_seq_lens = kwargs["cu_seq_lens_q"]
+        packed = PackedSequences.from_lengths(cu_seq_lens[1:] - cu_seq_lens[:-1])
+    heads, dim = query.shape[1], query.shape[-1]
+    rows = sum(count * longest for _, count, longest, _ in packed.blocks)
+
+    def scatter(states):  # (1, heads, N, dim) -> (block rows, heads, dim), zeros on padding
+        tokens = states[0].transpose(0, 1)
+        return tokens.new_zeros(rows, heads, dim).index_put((packed.block_index,), tokens)
+
+    query, key, value = scatter(query), scatter(key), scatter(value)
+    outputs = []
+    for first, count, longest, key_mask in packed.blocks:
+        q, k, v = (states[first : first + count * longest].view(count, longest, heads, dim).transpose(1, 2)
+                   for states in (query, key, value))
+        output = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :], dropout_p=dropout,
+                                                scale=scaling)
+        outputs.append(output.transpose(1, 2).reshape(count * longest, heads, dim))
+    return torch.cat(outputs)[packed.block_index][None], None  # rows of padding queries are dropped here
+
+
+def register_packed_attention() -> None:
+    """Make :data:`PACKED_ATTENTION` a name transformers resolves (idempotent). Its mask builder is SDPA's: with no
+    2D mask (a packed batch) it returns ``None``, with one (a padded batch) SDPA's mask."""
+    AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+
+
+def position_offset(encoder: PreTrainedModel) -> int:
+    """The position id of a sentence's first token: 0 for BERT, ``padding_idx + 1`` for RoBERTa-style embeddings
+    (whose own position ids count from there)."""
+    padding_idx = getattr(getattr(encoder, "embeddings", None), "padding_idx", None)
+    return 0 if padding_idx is None else padding_idx + 1
+
+
+def packing_unsupported(encoder: PreTrainedModel) -> Optional[str]:
+    """Why ``encoder`` cannot run packed batches, or ``None`` when it can: it must pick its attention function
+    through ``AttentionInterface`` and take ``position_ids``."""
+    if not getattr(encoder, "_supports_attention_backend", False):
+        return f"{type(encoder).__name__} does not select its attention through transformers' AttentionInterface"
+    if not hasattr(encoder, "embeddings"):
+        return f"{type(encoder).__name__} has no .embeddings taking position ids"
+    return None
+
+
+def use_packed_attention(module: torch.nn.Module) -> None:
+    """Route the attention of every transformers model inside ``module`` through :func:`packed_attention` (a
+    varlen flash-attention choice is kept: it reads the same boundaries). The setting is not saved in
+    ``config.json``: a saved model loads with stock transformers and its default attention."""
+    register_packed_attention()
+    # every config below the wrapper: the backbone's, and those of blocks copied out of it (CMLM-CSE's extractor
+    # and fusioner hold copies of their own)
+    configs = {id(sub.config): sub.config for sub in module.modules()
+               if isinstance(getattr(sub, "config", None), PreTrainedConfig) and sub.config is not module.config}
+    for config in configs.values():
+        if config._attn_implementation not in VARLEN_ATTENTIONS:
+            config._attn_implementation = PACKED_ATTENTION
