@@ -12,16 +12,18 @@ Attention. BERT's mask builder does not derive sentence boundaries from ``positi
 does), so :func:`packed_attention` takes them from the boundaries passed down. On CPU, and on GPU without
 flash-attn, it scatters q/k/v into :data:`ATTENTION_BLOCKS` padded ``(sentences, heads, longest, dim)`` blocks of
 sentences of similar length, runs one SDPA call per block with its key mask, and gathers the real rows back: a few
-calls for the whole batch, never one per sentence (the per-call overhead made that ~5x slower than padding), and
-not one block padded to the longest sentence (a supervised batch's short hypotheses would pay for its premises).
+calls for the whole batch, never one per sentence (whose per-call overhead would outweigh what packing saves),
+and not one block padded to the longest sentence (a supervised batch's short hypotheses would pay for its
+premises).
 Called without boundaries (a padded batch: evaluation, ``encode``) it is transformers' SDPA, so a model switched to
 it still encodes padded batches exactly as before. With ``attn_implementation="flash_attention_2"`` transformers'
 own varlen path reads the same ``cu_seq_lens_*`` kwargs.
 
 Dropout. The packed path drops exactly the same kind of units as the padded one: each real token's features (and
 each real query-key attention weight) are kept with probability ``1 - p``, independently. Only the layout of the
-random draws differs (the padded path also draws masks for padding positions, whose results are discarded), so the
-per-position masks differ between the two paths but their distribution over real tokens does not.
+random draws differs (draws for padding, in every layer of the padded path and in the attention blocks of both, are
+discarded), so the same seed gives the two paths different per-position masks, with the same distribution over the
+real tokens.
 
 Poolers. :meth:`PackedSequences.unpack` scatters the layers a pooler reads back into ``(sentences, longest, hidden)``
 with the matching attention mask, and the padded poolers of ``pooling.py`` run unchanged: one pooling code path.

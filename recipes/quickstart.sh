@@ -2,7 +2,7 @@
 # Quickstart (README "Main job"): install, fetch the data it needs once (SentEval's STS sets and SimCSE's wiki1m, from
 # the Hugging Face Hub into the data folder), score the embedded all-MiniLM-L6-v2 on 7 STS tasks, continue SimCSE
 # training from it on the first 11,914 wiki1m sentences (recipes/configs/quickstart.yaml), score again, write a model
-# card, and print the before/after table. About 7 minutes on 2 CPU cores once the data is there.
+# card, and print the before/after table. About 8 minutes on 2 CPU cores once the data is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/quickstart-simcse}
