@@ -204,25 +204,26 @@ class CMLMAuxiliaryNetwork(nn.Module):
         Returns:
             scalar cross-entropy, mean over the masked positions (0 with a gradient path if none is masked).
         """
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        packed = None if sequence_lengths is None else PackedSequences.from_lengths(sequence_lengths)
-        if packed is not None:  # the extractor's and the fusioner's attention stay within each sentence
-            extra = {"position_ids": (packed.positions + position_offset(self.extractor))[None],
-                     **packed.attention_kwargs()}
+        if sequence_lengths is None:
+            extractor_inputs = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            fusion_inputs = {}
+        else:  # a packed row: the extractor's and the fusioner's attention stay within each sentence
+            packed = PackedSequences.from_lengths(sequence_lengths)
+            fusion_inputs = packed.attention_kwargs()
+            extractor_inputs = {"position_ids": (packed.positions + position_offset(self.extractor))[None],
+                                **fusion_inputs}
         with torch.no_grad():
-            lexical = self.extractor(input_ids=mlm_input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-        if packed is None:
-            fused = torch.cat([sentence_embeddings.unsqueeze(1).to(lexical.dtype), lexical[:, 1:]], dim=1)
+            lexical = self.extractor(input_ids=mlm_input_ids, attention_mask=attention_mask,
+                                     **extractor_inputs).last_hidden_state
+        embeddings = sentence_embeddings.to(lexical.dtype)
+        if sequence_lengths is None:
+            fused = torch.cat([embeddings.unsqueeze(1), lexical[:, 1:]], dim=1)
             mask = create_bidirectional_mask(config=self.mask_config, inputs_embeds=fused,
                                              attention_mask=attention_mask)
-            extra = {}
         else:  # h takes the first token of every sentence of the row
-            starts = packed.cu_seq_lens[:-1].long()
-            fused = lexical.index_copy(1, starts, sentence_embeddings.unsqueeze(0).to(lexical.dtype))
-            mask = None
-            extra.pop("position_ids")
+            fused, mask = lexical.index_copy(1, packed.cu_seq_lens[:-1].long(), embeddings.unsqueeze(0)), None
         for layer in self.fusioner:
-            fused = layer(fused, mask, **extra)
+            fused = layer(fused, mask, **fusion_inputs)
         # only masked positions reach the vocabulary projection: the loss ignores the rest, and V x H is the
         # expensive matmul of the whole auxiliary network. The projection is the frozen extractor's word embeddings
         # (detached, whatever their requires_grad): L_MLM reaches the trained encoder through h alone.

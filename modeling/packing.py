@@ -14,10 +14,9 @@ flash-attn, it scatters q/k/v into :data:`ATTENTION_BLOCKS` padded ``(sentences,
 sentences of similar length, runs one SDPA call per block with its key mask, and gathers the real rows back: a few
 calls for the whole batch, never one per sentence (whose per-call overhead would outweigh what packing saves),
 and not one block padded to the longest sentence (a supervised batch's short hypotheses would pay for its
-premises).
-Called without boundaries (a padded batch: evaluation, ``encode``) it is transformers' SDPA, so a model switched to
-it still encodes padded batches exactly as before. With ``attn_implementation="flash_attention_2"`` transformers'
-own varlen path reads the same ``cu_seq_lens_*`` kwargs.
+premises). Called without boundaries (a padded batch: evaluation, ``encode``) it is transformers' SDPA, so a model
+switched to it still encodes padded batches exactly as before. With ``attn_implementation="flash_attention_2"``
+transformers' own varlen path reads the same ``cu_seq_lens_*`` kwargs.
 
 Dropout. The packed path drops exactly the same kind of units as the padded one: each real token's features (and
 each real query-key attention weight) are kept with probability ``1 - p``, independently. Only the layout of the
@@ -41,8 +40,6 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 PACKED_ATTENTION = "csekit_packed"
 # attention implementations that read cu_seq_lens_* themselves (transformers' varlen kernels)
 VARLEN_ATTENTIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
-
-
 # packed sentences are attended in this many blocks of similar length (sorted by length, equal counts): a single
 # block would pad every sentence to the batch's longest, one block per sentence costs a call each
 ATTENTION_BLOCKS = 4
