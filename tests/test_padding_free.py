@@ -81,6 +81,17 @@ def test_simcse_packed_loss_and_gradients_equal_padded(backbone, pooler_type, po
     assert_same_math(model, simcse_loss, padded, packed)
 
 
+def test_packed_batches_under_gradient_checkpointing_equal_padded():
+    """``--gradient_checkpointing`` recomputes each layer in the backward pass: the packed boundaries must reach the
+    recomputation too."""
+    torch.manual_seed(0)
+    encoder = backbone_config("bert")
+    model = SimCSEModel(SimCSEConfig(encoder_config=encoder.to_dict(), pooler_type="avg"))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    padded, packed = padded_and_packed(LENGTHS, encoder.pad_token_id)
+    assert_same_math(model, simcse_loss, padded, packed)
+
+
 @pytest.mark.parametrize("backbone", BACKBONES)
 def test_whitenedcse_packed_loss_and_gradients_equal_padded(backbone):
     torch.manual_seed(0)
