@@ -226,6 +226,19 @@ def test_recipes_run_from_the_checkout_the_package_and_the_cli(tmp_path):
         assert outputs[method, "checkout"] == outputs[method, "module"] == outputs[method, "cli"]
 
 
+def test_inherited_flags_that_csekit_runs_differently_say_what_it_does():
+    """``TrainingArguments``' own help is wrong for three flags of the Trainer-based recipes: csekit resumes from
+    'last', pushes once after the test scores, and needs an extra for TensorBoard."""
+    import dataclasses
+
+    from csekit.recipes.simcse import RECIPE
+
+    helps = {f.name: f.metadata.get("help", "") for cls in RECIPE.argument_types() for f in dataclasses.fields(cls)}
+    assert "'last'" in helps["resume_from_checkpoint"]
+    assert "once, after the test evaluation" in helps["push_to_hub"]
+    assert "csekit[tensorboard]" in helps["report_to"]
+
+
 def test_the_four_recipes_speak_one_vocabulary_and_take_method_flags_from_the_config():
     import dataclasses
     from importlib import import_module

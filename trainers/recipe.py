@@ -171,7 +171,14 @@ class CSETrainingArguments(TrainingArguments):
     metric_for_best_model: Optional[str] = field(default="STSBenchmark", metadata={"help": "Selection metric."})
     greater_is_better: Optional[bool] = field(default=True, metadata={"help": "Higher metric is better."})
     logging_steps: float = field(default=10, metadata={"help": "Log losses every N steps."})
-    report_to: Optional[str] = field(default="none", metadata={"help": "'tensorboard' to log there."})
+    report_to: Optional[str] = field(default="none", metadata={
+        "help": "'tensorboard' to log there (pip install 'csekit[tensorboard]'); 'none' logs to the console."})
+    resume_from_checkpoint: Optional[str] = field(default=None, metadata={
+        "help": "Continue from 'last' (the newest complete checkpoint in --output_dir) or a checkpoint folder; the "
+                "result equals the uninterrupted run."})
+    push_to_hub: bool = field(default=False, metadata={
+        "help": "Publish the final model to --hub_model_id once, after the test evaluation, as `csekit push` does "
+                "(checkpoints are never pushed)."})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
 
