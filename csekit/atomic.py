@@ -26,7 +26,7 @@ from typing import Iterator
 MODEL_FOLDER_FILES = (
     "*.safetensors", "*.safetensors.index.json", "*.py", "tokenizer*", "special_tokens_map.json", "added_tokens.json",
     "vocab.*", "merges.txt", "*.model", "chat_template*", "generation_config.json", "training_args.*",
-    "eval_results.json", "README.md", "comparison.md", "*.png",
+    "eval_results.json", "README.md", "comparison.md", "*.png", "modules.json", "config_sentence_transformers.json",
 )
 
 
@@ -146,7 +146,8 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
     if not (staging / marker).is_file():
         raise FileNotFoundError(f"{staging / marker}: the staged folder lacks its commit record")
     mode = default_mode()
-    for path in [*entries, staging / marker]:
+    for path in [*entries, staging / marker, *(inner for entry in entries if entry.is_dir()
+                                                 for inner in entry.rglob("*"))]:
         if path.is_file():
             os.chmod(path, mode)  # every file of the model alike (a writer's temporary file may have been 0o600)
             with open(path, "rb") as stream:

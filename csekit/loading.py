@@ -23,7 +23,7 @@ from huggingface_hub import constants, snapshot_download
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
 from .errors import DataError
-from .preflight import read_model_config
+from .preflight import read_model_config, weight_files
 
 # what csekit writes next to a trained model besides the weights: the test scores and the JSON twin of
 # transformers' pickled training_args.bin (model cards read both; nothing is unpickled)
@@ -33,7 +33,7 @@ EMBEDDED_MODELS = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 # what from_pretrained, the tokenizer, the sentence-transformers layout and a csekit card need (fnmatch: '*' also
 # matches '/'): configs, tokenizer files, eval_results.json / training_args.json, the card's figure
-METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "tokenizer*", "alignment_uniformity.png"]
+METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "tokenizer*", "*/tokenizer*", "alignment_uniformity.png"]
 SAFETENSORS_PATTERNS = ["*.safetensors", "*.safetensors.index.json"]
 
 
@@ -47,7 +47,7 @@ def embedded_minilm_path() -> Optional[Path]:
 
 
 def has_weights(folder: Path) -> bool:
-    return any(folder.glob("*.safetensors"))
+    return bool(weight_files(folder))
 
 
 def refuse_pickled_weights(name: str, folder: Path) -> None:
@@ -63,7 +63,7 @@ def check_safetensors(folder) -> None:
     corrupt header (what an interrupted copy or download leaves); only the headers are read."""
     from safetensors import SafetensorError, safe_open
 
-    for path in sorted(Path(folder).glob("*.safetensors")):
+    for path in weight_files(folder):
         try:
             with safe_open(str(path), framework="pt"):
                 pass

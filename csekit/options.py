@@ -49,8 +49,9 @@ def add_suite_options(parser, transfer_protocols) -> None:
     parser.add_argument(
         "--transfer-protocol", choices=transfer_protocols, default="senteval",
         help="transfer: 'senteval' = SentEval's scikit-learn protocol (raw features; C by inner 10-fold CV, 10-fold "
-        "CV on train or the dev split; 11 tasks with SICK-R and STS-B); 'fast' = a StandardScaler + C=1 shortcut on "
-        "9 tasks (quick runs).",
+        "CV on train or the dev split; 11 tasks with SICK-R and STS-B); 'simcse' = SentEval's PyTorch classifier as "
+        "SimCSE's evaluation.py --mode test runs it (the SimCSE/WhitenedCSE tables; 7 tasks); 'fast' = a "
+        "StandardScaler + C=1 shortcut on 9 tasks (quick runs). Avg. is the mean of MR..MRPC in every protocol.",
     )
     parser.add_argument("--transfer-jobs", type=positive_int, default=1,
                         help="transfer: cross-validation folds fitted in parallel (joblib).")

@@ -148,6 +148,20 @@ def check_training_arguments(args) -> None:
         raise DataError(f"--learning_rate {args.learning_rate:g}: must be 0 or more")
 
 
+def weight_files(folder) -> list:
+    """The model's safetensors files: those at the top level, and those the index names (a csekit folder keeps the
+    backbone's in ``encoder/``, where sentence-transformers reads it too)."""
+    folder = Path(folder)
+    files = set(folder.glob("*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            files.update(folder / name for name in json.loads(index.read_text())["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise DataError(f"{index}: not a safetensors index (no weight_map); save the model again") from None
+    return sorted(files)
+
+
 def checkpoint_problem(folder: Path, record: Optional[str] = CHECKPOINT_RECORD) -> Optional[str]:
     """Why ``folder`` is not a complete checkpoint (``None`` when it is): its ``record``, written last, parses and
     every safetensors file in it has a readable header (``record=None``: a saved model, weights only)."""
@@ -161,7 +175,10 @@ def checkpoint_problem(folder: Path, record: Optional[str] = CHECKPOINT_RECORD) 
         return f"no {record}"
     except (OSError, ValueError) as error:
         return f"unreadable {record} ({type(error).__name__})"
-    weights = sorted(folder.glob("*.safetensors"))
+    try:
+        weights = weight_files(folder)
+    except DataError:
+        return "unreadable model.safetensors.index.json"
     if not weights:
         return "no *.safetensors"
     for path in weights:
@@ -169,7 +186,7 @@ def checkpoint_problem(folder: Path, record: Optional[str] = CHECKPOINT_RECORD) 
             with safe_open(str(path), framework="pt"):
                 pass
         except (SafetensorError, OSError):
-            return f"truncated {path.name}"
+            return f"truncated {path.relative_to(folder)}"
     return None
 
 

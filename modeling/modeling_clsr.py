@@ -92,6 +92,9 @@ class CLSRModel(SentenceEncoderPreTrainedModel):
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.mlp(pooled)
 
+    def inference_head_layers(self) -> list:
+        return [(self.mlp.dense_in, self.mlp.activation), (self.mlp.dense_out, self.mlp.output_activation)]
+
     def encode_pooled(
         self,
         sentences: Sequence[str],

@@ -12,6 +12,7 @@ from .configuration_encoder import SentenceEncoderConfig
 from .encoding import encode_sentences
 from .packing import PackedSequences, packing_unsupported, position_offset, use_packed_attention
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
+from .sentence_transformers_layout import write_sentence_transformers_layout
 
 
 @dataclass
@@ -97,6 +98,20 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """Map pooled ``(n, hidden)`` vectors to embeddings; identity unless a method adds a head."""
         return pooled
+
+    def inference_head_layers(self) -> Optional[list]:
+        """:meth:`head` in eval mode as ``[(nn.Linear, activation module), ...]``, the sentence-transformers Dense
+        modules of the saved folder: ``[]`` for the identity, ``None`` when the head is not such a chain. A method
+        that overrides :meth:`head` overrides this too."""
+        return [] if type(self).head is SentenceEncoderPreTrainedModel.head else None
+
+    def save_pretrained(self, save_directory, *args, **kwargs) -> None:
+        """transformers' save, plus the sentence-transformers files when the tokenizer is known (it is for every
+        model csekit trains or loads), so the folder also loads with ``SentenceTransformer(folder)``
+        (:mod:`.sentence_transformers_layout`)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self._tokenizer is not None and kwargs.get("is_main_process", True):
+            write_sentence_transformers_layout(self, save_directory, self._tokenizer)
 
     def pool_tokens(
         self,

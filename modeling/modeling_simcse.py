@@ -42,3 +42,8 @@ class SimCSEModel(SentenceEncoderPreTrainedModel):
         if self.mlp is None or (self.config.mlp_only_train and not self.training):
             return pooled
         return self.mlp(pooled)
+
+    def inference_head_layers(self) -> list:
+        if self.mlp is None or self.config.mlp_only_train:
+            return []
+        return [(self.mlp.dense, self.mlp.activation)]

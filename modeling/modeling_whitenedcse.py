@@ -58,6 +58,14 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
         whitened = self.whitening(pooled)
         return whitened if representation == "whitened" else self.mlp(whitened)
 
+    def inference_head_layers(self) -> Optional[list]:
+        representation = self.config.inference_representation
+        if representation == "pooled":
+            return []
+        if representation == "head_no_whitening":
+            return [(self.mlp.dense, self.mlp.activation)]
+        return None  # group whitening with running statistics is not a sentence-transformers module
+
     def forward(
         self,
         input_ids: torch.Tensor,

@@ -207,6 +207,23 @@ def fixed_masks(collator):
     return collate
 
 
+def load_weights(folder) -> dict:
+    """Every tensor of a saved model folder: ``model.safetensors``, or the files its index names (a csekit folder
+    keeps the backbone's in ``encoder/``)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return load_file(folder / "model.safetensors")
+    weights = {}
+    for name in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+        weights.update(load_file(folder / name))
+    return weights
+
+
 def save_tiny_backbone(folder: Path, tokenizer, dropout: float = 0.1) -> Path:
     """A seeded random :func:`tiny_bert_config` BERT + the MiniLM tokenizer: a ``--model_name_or_path`` folder."""
     torch.manual_seed(0)

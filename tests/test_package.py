@@ -193,9 +193,9 @@ def test_no_import_cycle_and_layers_point_one_way():
 
 @pytest.mark.parametrize("model_class, expected", [
     ("SimCSEModel", {"configuration_encoder", "configuration_simcse", "encoding", "modeling_encoder",
-                     "modeling_simcse", "packing", "pooling"}),
+                     "modeling_simcse", "packing", "pooling", "sentence_transformers_layout"}),
     ("CLSRModel", {"configuration_clsr", "configuration_encoder", "encoding", "modeling_clsr", "modeling_encoder",
-                   "packing", "pooling"}),
+                   "packing", "pooling", "sentence_transformers_layout"}),
 ])
 def test_saved_folder_carries_only_the_code_its_class_needs(model_class, expected, tmp_path):
     import csekit

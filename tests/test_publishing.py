@@ -73,17 +73,43 @@ def test_card_cells_and_metadata_equal_the_recorded_json(trained):
     card = ModelCard.load(trained / "README.md")
     cells = table_row(card.text, "**this model**")
     assert [float(cell) for cell in cells] == [record["sts"][task] for task in (*STS_TASKS, "avg")]
-    assert {r.dataset_name: r.metric_value for r in card.data.eval_results} == {t: record["sts"][t] for t in STS_TASKS}
-    # the figure was drawn by this evaluation and its numbers are the card's
+    # SentEval's scores are never published under an MTEB dataset id: without an MTEB run the model-index is empty
+    assert card.data.eval_results is None and "mteb/" not in card.content.split("\n---\n")[0]
+    # the figure was drawn by this evaluation, on the sample the card names
     assert (trained / "alignment_uniformity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for name in ("alignment", "uniformity"):
-        assert table_row(card.text, name) == [f"{record['geometry'][name]:.4f}"]
+    assert f"a seeded sample of {record['figure']['sentences']} STS-B train sentences" in card.text
+    # the training curve, the framework versions and SentEval's other aggregations
+    assert (trained / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert record["training_curve"][-1]["step"] == 2 and "dev" in record["training_curve"][-1]
+    assert "![training curve](training_curve.png)" in card.text
+    assert f"torch {record['protocol']['versions']['torch']}" in card.text
+    assert table_row(card.text, 'this model, SentEval "mean"')[:-1] == [
+        f"{record['sts_aggregations']['mean'][task]:.2f}" for task in STS_TASKS]
     assert table_row(card.text, "learning_rate")[0] == f"`{arguments['training_args']['learning_rate']}`"
     assert table_row(card.text, "max_steps")[0] == "`2`" and table_row(card.text, "pooler_type")[0] == "`cls`"
     assert card.data.library_name == "transformers" and "simcse" in card.data.tags and card.data.license
     assert "@inproceedings{gao2021simcse" in card.text
     assert table_row(card.text, "SimCSE-BERT-base, unsup. (paper)")[-1] == "76.25"
     assert "training_args.bin" not in card.text  # arguments come from the JSON twin
+
+
+def test_mteb_results_are_the_model_index_under_mtebs_dataset_ids(trained, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(trained, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    record = json.loads((folder / "eval_results.json").read_text())
+    record["mteb"] = {"STSBenchmark": 12.34, "SICK-R": 56.78}
+    record["contaminated"] = {"SICKRelatedness": 1}  # training pairs shared sentences with SICK: not published
+    record["protocol"]["mteb"] = {"version": "2.26.24", "tasks": {
+        "STSBenchmark": {"dataset": "mteb/stsbenchmark-sts", "revision": "b0fddb56ed78048fa8b90373c8a3cfc37b684831",
+                         "splits": ["test"], "main_score": "cosine_spearman"},
+        "SICK-R": {"dataset": "mteb/sickr-sts", "revision": "20a6d6f312dd54037fe07a32d58e5e168867909d",
+                   "splits": ["test"], "main_score": "cosine_spearman"}}}
+    (folder / "eval_results.json").write_text(json.dumps(record))
+    card = ModelCard(str(render_model_card(folder)))
+    [result] = card.data.eval_results
+    assert (result.dataset_type, result.dataset_revision, result.metric_value) == (
+        "mteb/stsbenchmark-sts", "b0fddb56ed78048fa8b90373c8a3cfc37b684831", 12.34)
+    assert table_row(card.text, "STSBenchmark") == ["12.34"]
 
 
 def test_every_model_class_has_a_family_card_and_exact_st_export(tmp_path, trained, tokenizer):
@@ -132,6 +158,13 @@ def test_remote_code_export_loads_where_csekit_is_absent(tmp_path, trained):
     )
     result = run_isolated_python(code, tmp_path)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+    # the export's card is a sentence-transformers card, and its usage snippet runs as written
+    card = (tmp_path / "st" / "README.md").read_text()
+    assert "\nlibrary_name: sentence-transformers\n" in card.split("\n---\n")[0]
+    snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'SentenceTransformer("st", trust_remote_code=True)' in snippet
+    result = run_isolated_python(snippet + "print(embeddings.shape)\n", tmp_path)
+    assert result.returncode == 0 and result.stdout.strip().endswith("(2, 32)"), result.stderr[-2000:]
 
 
 def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, monkeypatch):
@@ -142,8 +175,13 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
     commit, files = push_to_hub(trained, "someone/tiny-simcse", private=True, api=api)
     assert files == sorted([
         "README.md", "alignment_uniformity.png", "config.json", "configuration_encoder.py", "configuration_simcse.py",
-        "encoding.py", "eval_results.json", "model.safetensors", "modeling_encoder.py", "modeling_simcse.py",
-        "packing.py", "pooling.py", "tokenizer.json", "tokenizer_config.json", "training_args.json",
+        "encoding.py", "eval_results.json", "model-head.safetensors", "model.safetensors.index.json",
+        "modeling_encoder.py", "modeling_simcse.py", "packing.py", "pooling.py", "sentence_transformers_layout.py",
+        "tokenizer.json", "tokenizer_config.json", "training_args.json", "training_curve.png",
+        # the sentence-transformers layout; encoder/model.safetensors is also the csekit model's backbone shard
+        "modules.json", "config_sentence_transformers.json", "1_Pooling/config.json", "encoder/config.json",
+        "encoder/model.safetensors", "encoder/sentence_bert_config.json", "encoder/tokenizer.json",
+        "encoder/tokenizer_config.json",
     ])
     api.create_repo.assert_called_once_with("someone/tiny-simcse", repo_type="model", private=True, exist_ok=True)
     upload = api.upload_folder.call_args.kwargs
@@ -158,6 +196,7 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in uploaded:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(trained / name, repo / name)
     np.save(tmp_path / "expected.npy", SimCSEModel.from_pretrained(trained).encode(SENTENCES))
     code = (
@@ -165,7 +204,10 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
         "torch.load = None  # any unpickling attempt fails loudly\n"
         f"model = AutoModel.from_pretrained({str(repo)!r}, trust_remote_code=True)\n"
         f"got = model.encode({SENTENCES!r})\n"
-        f"assert np.abs(got - np.load({str(tmp_path / 'expected.npy')!r})).max() <= 1e-6\nprint('ok')\n"
+        f"assert np.abs(got - np.load({str(tmp_path / 'expected.npy')!r})).max() <= 1e-6\n"
+        "from sentence_transformers import SentenceTransformer\n"  # and with sentence-transformers, no remote code
+        f"got = SentenceTransformer({str(repo)!r}, device='cpu').encode({SENTENCES!r})\n"
+        f"assert np.abs(got - np.load({str(tmp_path / 'expected.npy')!r})).max() <= 1e-5\nprint('ok')\n"
     )
     result = run_isolated_python(code, tmp_path)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from conftest import REPO_ROOT, BoundedProcess, fixed_masks, recipe_flags, run_bounded
+from conftest import REPO_ROOT, BoundedProcess, fixed_masks, load_weights, recipe_flags, run_bounded
 from csekit.trainers.recipe import run_recipe
 
 STEPS = 6
@@ -114,8 +113,8 @@ def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupte
     for step in (5, 6):
         for key in ("loss", "grad_norm", "learning_rate"):
             assert cut_steps[step][key] == pytest.approx(full_steps[step][key], rel=1e-5), (step, key)
-    full_weights = load_file(full / f"checkpoint-{STEPS}" / "model.safetensors")
-    cut_weights = load_file(cut / f"checkpoint-{STEPS}" / "model.safetensors")
+    full_weights = load_weights(full / f"checkpoint-{STEPS}")
+    cut_weights = load_weights(cut / f"checkpoint-{STEPS}")
     assert full_weights.keys() == cut_weights.keys()
     for name, tensor in full_weights.items():
         torch.testing.assert_close(cut_weights[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
@@ -126,12 +125,12 @@ def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupte
         best = json.loads((full / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())["best_metric"]
         assert best == max(scores[0])
     if method == "cmlm_cse":  # the training checkpoint keeps the auxiliary network; the final model does not
-        checkpoint = load_file(cut / "checkpoint-4" / "model.safetensors")
+        checkpoint = load_weights(cut / "checkpoint-4")
         assert any(name.startswith("auxiliary.fusioner.") for name in checkpoint)
-        assert not any(name.startswith("auxiliary.") for name in load_file(cut / "model.safetensors"))
+        assert not any(name.startswith("auxiliary.") for name in load_weights(cut))
     if method == "whitenedcse":  # running statistics: saved at step 4, restored, equal at the end
         running = [name for name in full_weights if name.startswith("whitening.") and "running" in name]
-        checkpoint = load_file(cut / "checkpoint-4" / "model.safetensors")
+        checkpoint = load_weights(cut / "checkpoint-4")
         assert len(running) == 2 and checkpoint[running[0]].abs().max() > 0  # trained, not the initial zeros
         for name in running:
             assert not torch.equal(checkpoint[name], cut_weights[name])  # steps 5-6 moved them on
@@ -171,15 +170,18 @@ def test_recipe_killed_mid_run_resumes_to_the_uninterrupted_result(tiny_backbone
     finally:
         victim.kill()
     assert not (killed / "checkpoint-8").exists()  # killed mid-run
-    checkpoint_4 = {path.name: (path.stat().st_mtime_ns, path.read_bytes())
-                    for path in (killed / "checkpoint-4").iterdir()}
+    def contents(folder):  # every file, the sentence-transformers module folders included
+        return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.rglob("*")
+                if p.is_file()}
+
+    checkpoint_4 = contents(killed / "checkpoint-4")
 
     run_bounded(command(killed, "--resume_from_checkpoint", "last"), 400, cwd=REPO_ROOT, env=env)
     reference.wait()
     # a restart from step 0 would have written checkpoint-4 again
-    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (killed / "checkpoint-4").iterdir()} == checkpoint_4
+    assert contents(killed / "checkpoint-4") == checkpoint_4
     scores = [[h["eval_STSBenchmark"] for h in history(d, 8) if "eval_STSBenchmark" in h] for d in (full, killed)]
     assert len(scores[0]) == 2 and scores[1] == scores[0]
-    full_model, resumed_model = load_file(full / "model.safetensors"), load_file(killed / "model.safetensors")
+    full_model, resumed_model = load_weights(full), load_weights(killed)
     for name, tensor in full_model.items():
         torch.testing.assert_close(resumed_model[name], tensor, rtol=1e-5, atol=1e-7, msg=name)

@@ -29,9 +29,12 @@ def test_saved_folder_is_self_contained(saved_model):
     assert config["auto_map"] == {"AutoConfig": "configuration_simcse.SimCSEConfig",
                                   "AutoModel": "modeling_simcse.SimCSEModel"}
     for code in ("configuration_simcse.py", "configuration_encoder.py", "modeling_simcse.py", "modeling_encoder.py",
-                 "pooling.py", "encoding.py"):
+                 "pooling.py", "encoding.py", "packing.py", "sentence_transformers_layout.py"):
         assert (folder / code).is_file(), code
-    assert (folder / "model.safetensors").is_file() and not list(folder.glob("*.bin"))
+    # the weights: the backbone's in encoder/ (sentence-transformers reads them there), the head's beside the index
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(index.values()) == {"encoder/model.safetensors", "model-head.safetensors"}
+    assert not list(folder.rglob("*.bin"))
 
 
 def test_config_json_alone_rebuilds_the_architecture(saved_model):

@@ -1,6 +1,7 @@
 """The STS protocol: SentEval 'all' pair counts, Spearman of cosine, and agreement with published scores."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -67,6 +68,53 @@ def test_evaluator_embeds_both_sentences_of_every_pair(data_dir):
         assert results[task] == round(direct, 2)
 
 
+def senteval_aggregations(data_dir, task, vector):
+    """SentEval's ``STSEval.run`` for one year, from the files: per sub-dataset Spearman of cosine, then "all" over
+    the concatenation (SimCSE), "mean" and the size-weighted "wmean" of the per-dataset values."""
+    from csekit.evaluation.sts import STS_YEAR_DATASETS
+
+    folder = data_dir / "senteval" / "downstream" / "STS" / f"{task}-en-test"
+    per_set, sizes, all_sims, all_gold = [], [], [], []
+    for name in STS_YEAR_DATASETS[task]:
+        lines = (folder / f"STS.input.{name}.txt").read_text(encoding="utf-8").splitlines()
+        gold = (folder / f"STS.gs.{name}.txt").read_text(encoding="utf-8").splitlines()
+        kept = [(line.split("\t"), float(g)) for line, g in zip(lines, gold) if g.strip()]
+        sims = []
+        for (a, b, *_), _ in kept:
+            u, v = vector(" ".join(a.split())), vector(" ".join(b.split()))
+            sims.append(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+        per_set.append(spearmanr(sims, [g for _, g in kept]).statistic * 100)
+        sizes.append(len(kept))
+        all_sims += sims
+        all_gold += [g for _, g in kept]
+    return {"all": spearmanr(all_sims, all_gold).statistic * 100, "mean": np.mean(per_set),
+            "wmean": np.average(per_set, weights=sizes)}
+
+
+def test_sts_years_report_sentevals_three_aggregations(data_dir, tmp_path):
+    vectors = {}
+
+    def vector(sentence):
+        return vectors.setdefault(sentence, np.random.default_rng(len(vectors)).normal(size=4))
+
+    # a copy of the data whose STS13 sub-datasets differ in size (5, 12, 12 pairs), so "mean" and "wmean" differ
+    sts = tmp_path / "senteval" / "downstream" / "STS"
+    shutil.copytree(data_dir / "senteval" / "downstream" / "STS", sts)
+    for name in ("STS.input.FNWN.txt", "STS.gs.FNWN.txt"):
+        path = sts / "STS13-en-test" / name
+        path.write_text("\n".join(path.read_text(encoding="utf-8").splitlines()[:5]) + "\n", encoding="utf-8")
+    data_dir = tmp_path
+    evaluator = STSEvaluator(data_dir, ["STS12", "STS13", "STSBenchmark"])
+    scores = evaluator.evaluate(lambda sentences: np.stack([vector(s) for s in sentences]))
+    for task in ("STS12", "STS13"):
+        expected = senteval_aggregations(data_dir, task, vector)
+        for aggregation in ("all", "mean", "wmean"):
+            assert scores[aggregation][task] == pytest.approx(expected[aggregation], abs=0.006)
+    assert len({scores[name]["STSBenchmark"] for name in ("all", "mean", "wmean")}) == 1  # one set: one value
+    assert STSEvaluator(data_dir, ["STS12"], aggregation="wmean")(
+        lambda sentences: np.stack([vector(s) for s in sentences]))["STS12"] == scores["wmean"]["STS12"]
+
+
 def test_minilm_matches_published_mteb_scores(real_data_dir):
     # all-MiniLM-L6-v2 on the MTEB leaderboard: STSBenchmark 82.03 (cosine Spearman, test split)
     embed, info = load_embedder("all-MiniLM-L6-v2")
@@ -75,12 +123,16 @@ def test_minilm_matches_published_mteb_scores(real_data_dir):
     assert results["STSBenchmark"] == pytest.approx(82.03, abs=0.05)
 
 
-def test_evaluate_cli_writes_foundation_schema(tmp_path, saved_tiny_model, capsys):
+def test_evaluate_cli_writes_foundation_schema(tmp_path, saved_tiny_model, capsys, data_dir):
     output = tmp_path / "r.json"
     assert cli_main(["evaluate", str(saved_tiny_model), "--tasks", "sts", "--output", str(output)]) == 0
     record = json.loads(output.read_text())
-    assert set(record) == {"model", "pooler", "sts"}
+    assert set(record) == {"model", "pooler", "sts", "sts_aggregations", "protocol"}
     assert list(record["sts"]) == list(EXPECTED_PAIRS) + ["avg"]
+    assert record["sts_aggregations"]["all"] == record["sts"]
+    assert record["protocol"]["sts"]["aggregation"] == "all" and record["protocol"]["pooler"] == record["pooler"]
+    assert {task: entry["pairs"] for task, entry in record["protocol"]["sts"]["tasks"].items()} == {
+        task: len(load_sts_task(data_dir, task).scores) for task in EXPECTED_PAIRS}
     assert record["sts"]["avg"] == pytest.approx(np.mean([record["sts"][t] for t in EXPECTED_PAIRS]), abs=0.006)
     assert "| STS12 |" in capsys.readouterr().out
 

@@ -37,6 +37,7 @@ from transformers import AutoConfig, HfArgumentParser, PreTrainedConfig, Trainin
 from ..atomic import commit_files, write_json, write_text
 from ..data import DATA_DIR_HELP, resolve_data_dir
 from ..errors import DataError, OneLineUsageErrors, report_errors
+from ..evaluation.protocol import protocol_record
 from ..evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvaluator, format_sts_table
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from ..modeling import CLSRConfig, CLSRModel
@@ -318,6 +319,20 @@ class ContrastiveRecipe:
         return run_recipe(self, model_args, data_args, training_args, extra_args)
 
 
+def training_curve(log_history: list, dev_task: str = DEV_TASKS[0]) -> list:
+    """``[{"step", "loss"?, "dev"?}]`` from the Trainer's ``log_history``: the logged training loss and the dev
+    score (``eval_<dev_task>``) per step, for the model card's curve."""
+    curve = {}
+    for entry in log_history:
+        point = curve.setdefault(entry.get("step"), {"step": entry.get("step")})
+        if "loss" in entry:
+            point["loss"] = float(entry["loss"])
+        if f"eval_{dev_task}" in entry:
+            point["dev"] = float(entry[f"eval_{dev_task}"])
+    return [point for step, point in sorted(curve.items(), key=lambda item: item[0] or 0)
+            if step is not None and len(point) > 1]
+
+
 def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,
                table: Optional[str] = None) -> None:
     """The end of every recipe, on the main process, once the model and its tokenizer are saved in ``staging``: the
@@ -388,8 +403,11 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                              **({"extra_args": extra_args} if extra_args else {}))
             results = record = table = None
             if test is not None:
-                results = test(lambda sentences: model.eval().encode(sentences, batch_size=128))
-                record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results}
+                scores = test.evaluate(lambda sentences: model.eval().encode(sentences, batch_size=128))
+                results = scores[test.aggregation]
+                record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results,
+                          "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
+                          "training_curve": training_curve(trainer.state.log_history)}
                 table = format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)")
             finish_run(folder.staging, training_args.output_dir, arguments, record, table)
     finally:
@@ -538,7 +556,9 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
         table = None
         if test is not None:
             test_evaluator = CachedSTSEvaluator(test, test_vectors)
-            record["base_sts"], record["sts"] = test_evaluator(), test_evaluator(model.mlp)
+            record["base_sts"], record["sts_aggregations"] = test_evaluator(), test_evaluator.evaluate(model.mlp)
+            record["sts"] = record["sts_aggregations"][test.aggregation]
+            record["protocol"] = protocol_record(model.config.pooler_type, test)
             clsr_row = f"+ CLSR ({data_args.train_file})"
             rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
                     clsr_row: record["sts"]}

@@ -92,8 +92,10 @@ class ContrastiveTrainer(Trainer):
         tokenizer = self.processing_class
         model.tokenizer = tokenizer
         try:
-            scores = self.sts_evaluator(
-                lambda sentences: model.encode(sentences, batch_size=self.eval_batch_size, show_progress_bar=False)
+            scores = self.sts_evaluator(  # model.encode, with a bar named after the job on the main process
+                lambda sentences: model.encode_with(
+                    lambda batch: model(**batch).embeddings, sentences, self.eval_batch_size,
+                    show_progress_bar=self.is_world_process_zero(), desc="STS dev").numpy()
             )
         finally:
             model.train(was_training)
@@ -129,9 +131,10 @@ class ContrastiveTrainer(Trainer):
             if self.state.best_global_step == self.state.global_step:  # the Trainer recorded the hidden path
                 self.state.best_model_checkpoint = str(run_dir / name)
                 self.state.save_to_json(str(partial / name / TRAINER_STATE))
-            for path in (partial / name).iterdir():
-                with open(path, "rb") as stream:
-                    os.fsync(stream.fileno())
+            for path in (partial / name).rglob("*"):  # sub-folders too: the sentence-transformers modules
+                if path.is_file():
+                    with open(path, "rb") as stream:
+                        os.fsync(stream.fileno())
             move_into_place(partial / name, run_dir / name)
             shutil.rmtree(partial, ignore_errors=True)
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,

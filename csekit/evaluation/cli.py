@@ -2,7 +2,8 @@
 
     csekit evaluate MODEL --tasks sts [--pooler P] [--batch-size N] [--max-length L] [--device D]
                           [--data-dir DIR] [--output results.json]
-    csekit evaluate MODEL --tasks transfer,clustering [--transfer-protocol senteval|fast] [--transfer-jobs N]
+    csekit evaluate MODEL --tasks transfer,clustering [--transfer-protocol senteval|simcse|fast] [--transfer-jobs N]
+    csekit evaluate MODEL --mteb STSBenchmark STS12 [--tasks sts]   # the mteb package, mteb's data
 """
 
 from ..atomic import write_json
@@ -11,7 +12,8 @@ from ..errors import DataError
 from ..modeling.pooling import POOLER_TYPES
 from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
 from ..preflight import check_output_file
-from .sts import STS_TASKS, STSEvaluator, format_sts_table
+from .protocol import protocol_record
+from .sts import AGGREGATIONS, STS_TASKS, STSEvaluator, format_sts_table
 from .suites import SUITES
 from .transfer import PROTOCOLS as TRANSFER_PROTOCOLS
 
@@ -25,7 +27,11 @@ def add_evaluate_parser(subparsers) -> None:
         "Face cache; HF_HUB_OFFLINE=1 uses the cache only).",
     )
     parser.add_argument("model", metavar="MODEL")
-    parser.add_argument("--tasks", default="sts", help=f"Comma-separated suites: {', '.join(SUITES)}.")
+    parser.add_argument("--tasks", default=None,
+                        help=f"Comma-separated suites: {', '.join(SUITES)} (default: sts, none with --mteb).")
+    parser.add_argument("--mteb", nargs="+", metavar="TASK", default=None,
+                        help="MTEB tasks run by the mteb package (pip install 'csekit[mteb]'), e.g. STSBenchmark "
+                        "STS12; task data through the Hugging Face datasets cache (HF_HUB_OFFLINE=1: cached only).")
     parser.add_argument(
         "--pooler",
         default=None,
@@ -37,6 +43,10 @@ def add_evaluate_parser(subparsers) -> None:
     add_device(parser)
     add_data_dir(parser)
     add_output(parser, "the results")
+    parser.add_argument("--sts-aggregation", choices=AGGREGATIONS, default="all",
+                        help="STS12-16 in the table and as 'sts' in the JSON: 'all' (SimCSE's, over the concatenated "
+                        "sub-datasets), 'mean' or 'wmean' (SentEval's per-sub-dataset means); the JSON keeps all "
+                        "three under 'sts_aggregations'.")
     add_suite_options(parser, TRANSFER_PROTOCOLS)
     parser.set_defaults(handler=run_evaluate)
 
@@ -44,32 +54,47 @@ def add_evaluate_parser(subparsers) -> None:
 def run_evaluate(args) -> int:
     from ..loading import resolve_device
     from .encoders import load_embedder
+    from .mteb_suite import evaluate_mteb, load_mteb_tasks
     from .suites import SUITE_TITLES, evaluate_suites, format_table
 
-    suites = [suite.strip() for suite in args.tasks.split(",") if suite.strip()]
+    tasks = args.tasks if args.tasks is not None else ("" if args.mteb else "sts")
+    suites = [suite.strip() for suite in tasks.split(",") if suite.strip()]
     unknown = [suite for suite in suites if suite not in SUITES]
-    if unknown or not suites:
+    if unknown or not (suites or args.mteb):
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from "
                         f"{', '.join(SUITES)}")
     resolve_device(args.device)  # a bad --device fails before any data is read
     output = check_output_file(args.output) if args.output else None  # a bad --output fails before any work
-    data_dir = resolve_data_dir(args.data_dir)
-    evaluator = STSEvaluator(data_dir, STS_TASKS, split="test") if "sts" in suites else None
+    mteb_tasks = load_mteb_tasks(args.mteb) if args.mteb else None  # an unknown task name fails before any work
+    data_dir = resolve_data_dir(args.data_dir) if suites else None
+    evaluator = (STSEvaluator(data_dir, STS_TASKS, split="test", aggregation=args.sts_aggregation)
+                 if "sts" in suites else None)
     embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size, args.device)
     record = dict(info)
+    protocol = protocol_record(info.get("pooler"), evaluator)
     if evaluator is not None:
-        record["sts"] = evaluator(embed)
-        print(format_sts_table({args.model: record["sts"]}, title="STS (Spearman x100, SentEval 'all')"))
+        record["sts_aggregations"] = evaluator.evaluate(embed)
+        record["sts"] = record["sts_aggregations"][args.sts_aggregation]
+        rows = {f"{args.model} ({aggregation})" if aggregation != args.sts_aggregation else args.model: scores
+                for aggregation, scores in sorted(record["sts_aggregations"].items(),
+                                                  key=lambda item: item[0] != args.sts_aggregation)}
+        print(format_sts_table(rows, title=f"STS (Spearman x100, SentEval '{args.sts_aggregation}'; the other "
+                                           "aggregations below it)"))
     record.update(
         evaluate_suites(
             suites, data_dir, embed, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
-            args.transfer_protocol, args.transfer_jobs,
+            args.transfer_protocol, args.transfer_jobs, device=resolve_device(args.device), protocol=protocol,
         )
     )
+    record["protocol"] = protocol
     for suite in ("transfer", "clustering", "geometry"):
         if suite in record:
             digits = 4 if suite == "geometry" else 2
             print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], digits))
+    if args.mteb:
+        record["mteb"], protocol["mteb"] = evaluate_mteb(embed, args.model, mteb_tasks)
+        print("\n" + format_table({args.model: record["mteb"]}, f"MTEB {protocol['mteb']['version']} (main score "
+                                   "x100, mteb's task names and datasets)"))
     if output:
         write_json(output, record)
     return 0

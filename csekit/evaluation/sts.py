@@ -1,8 +1,10 @@
-"""STS evaluation with the SentEval / SimCSE "all" protocol.
+"""STS evaluation with the SentEval / SimCSE "all" protocol (and SentEval's "mean" / "wmean" beside it).
 
 * STS12-STS16: Spearman correlation (x100) of cosine similarity over the concatenation of all sub-datasets of the
   year; pairs without a gold score are skipped (SimCSE's modified SentEval, ``results[task]['all']['spearman']
-  ['all']``). Sentences are whitespace-tokenized and re-joined, as SentEval's ``s.split()`` + SimCSE's batcher do.
+  ['all']``). SentEval's other two aggregations, ``mean`` and ``wmean`` (the plain and the size-weighted mean of the
+  per-sub-dataset correlations, reported by some papers), are computed beside it; they can differ by several
+  points. Sentences are whitespace-tokenized and re-joined, as SentEval's ``s.split()`` + SimCSE's batcher do.
 * STSBenchmark and SICKRelatedness: Spearman of cosine on the test split (dev split for model selection), no
   regressor. SICK-R test is the 4,927-pair ``SICK_test_annotated.txt``.
 
@@ -37,13 +39,17 @@ SPLIT_FILES = {
 }
 
 
+AGGREGATIONS = ("all", "mean", "wmean")
+
+
 @dataclass
 class STSPairs:
-    """Sentence pairs with gold similarity scores."""
+    """Sentence pairs with gold similarity scores; ``subsets`` gives the sizes of a year's sub-datasets, in order."""
 
     sentences1: list
     sentences2: list
     scores: np.ndarray
+    subsets: tuple = ()
 
 
 def _normalize(sentence: str) -> str:
@@ -59,7 +65,7 @@ def _read_text(path: Path) -> list:
 def load_sts_year(sts_dir: Path, task: str) -> STSPairs:
     """All scored pairs of one STS year (STS12-16), sub-datasets concatenated."""
     folder = sts_dir / f"{task}-en-test"
-    s1, s2, scores = [], [], []
+    s1, s2, scores, subsets = [], [], [], []
     for name in STS_YEAR_DATASETS[task]:
         inputs = _read_text(folder / f"STS.input.{name}.txt")
         gold = _read_text(folder / f"STS.gs.{name}.txt")
@@ -74,7 +80,8 @@ def load_sts_year(sts_dir: Path, task: str) -> STSPairs:
             s1.append(_normalize(fields[0]))
             s2.append(_normalize(fields[1]))
             scores.append(float(score))
-    return STSPairs(s1, s2, np.asarray(scores))
+        subsets.append(len(scores) - sum(subsets))
+    return STSPairs(s1, s2, np.asarray(scores), tuple(subsets))
 
 
 def load_sts_split(downstream_dir: Path, task: str, split: str) -> STSPairs:
@@ -105,11 +112,29 @@ def load_sts_task(data_dir, task: str, split: str = "test") -> STSPairs:
     raise ValueError(f"unknown STS task {task!r}; choose from {', '.join(STS_TASKS)}")
 
 
+def cosine(embeddings1: np.ndarray, embeddings2: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(embeddings1, axis=1) * np.linalg.norm(embeddings2, axis=1)
+    return (embeddings1 * embeddings2).sum(1) / np.maximum(norms, 1e-12)
+
+
 def cosine_spearman(embeddings1: np.ndarray, embeddings2: np.ndarray, scores: np.ndarray) -> float:
     """Spearman (x100) between gold scores and row-wise cosine similarities."""
-    norms = np.linalg.norm(embeddings1, axis=1) * np.linalg.norm(embeddings2, axis=1)
-    cosine = (embeddings1 * embeddings2).sum(1) / np.maximum(norms, 1e-12)
-    return float(spearmanr(cosine, scores).statistic * 100)
+    return float(spearmanr(cosine(embeddings1, embeddings2), scores).statistic * 100)
+
+
+def aggregated_spearman(embeddings1: np.ndarray, embeddings2: np.ndarray, pairs: STSPairs) -> dict:
+    """``{"all", "mean", "wmean"}`` Spearman x100 of one task, as SentEval's ``STSEval.run`` reports a year:
+    ``all`` over the concatenated sub-datasets (SimCSE's modified SentEval, the headline), ``mean`` the plain and
+    ``wmean`` the size-weighted mean of the per-sub-dataset correlations. A single-set task has one value."""
+    similarities = cosine(embeddings1, embeddings2)
+    result = {"all": float(spearmanr(similarities, pairs.scores).statistic * 100)}
+    if not pairs.subsets:
+        return dict.fromkeys(AGGREGATIONS, result["all"])
+    bounds = np.cumsum((0, *pairs.subsets))
+    per_subset = [spearmanr(similarities[a:b], pairs.scores[a:b]).statistic * 100 for a, b in zip(bounds, bounds[1:])]
+    result["mean"] = float(np.average(per_subset))
+    result["wmean"] = float(np.average(per_subset, weights=pairs.subsets))
+    return result
 
 
 class STSEvaluator:
@@ -120,18 +145,23 @@ class STSEvaluator:
         tasks: subset of :data:`STS_TASKS`.
         split: ``"test"`` (reporting) or ``"dev"`` (STS-B dev / SICK-R trial, for model selection).
 
-    Call it with ``embed(sentences) -> (n, d) array``; it returns ``{task: score, ..., "avg": mean}``. ``embed`` gets
+    Call it with ``embed(sentences) -> (n, d) array``; it returns ``{task: score, ..., "avg": mean}`` under
+    ``aggregation`` (``all``, the default, as SimCSE; ``mean`` or ``wmean``); :meth:`evaluate` returns all three,
+    ``{aggregation: {task: score, ..., "avg"}}`` (they differ for STS12-16 only). ``embed`` gets
     both sentences of every scored pair, duplicates kept, as SentEval's ``prepare`` sees a task: a post-processing or
     idf^T fitted inside ``embed`` then weights a sentence by how often the task uses it, which is what reproduces the
     published whitening numbers (benchmarks/RESULTS.md). The shared encoders encode each distinct sentence once.
     """
 
-    def __init__(self, data_dir, tasks: Sequence[str] = STS_TASKS, split: str = "test"):
+    def __init__(self, data_dir, tasks: Sequence[str] = STS_TASKS, split: str = "test", aggregation: str = "all"):
         unknown = [task for task in tasks if task not in STS_TASKS]
         if unknown:
             raise ValueError(f"unknown STS task(s) {', '.join(unknown)}; choose from {', '.join(STS_TASKS)}")
+        if aggregation not in AGGREGATIONS:
+            raise DataError(f"unknown STS aggregation {aggregation!r}; choose from {', '.join(AGGREGATIONS)}")
         self.tasks = tuple(tasks)
         self.split = split
+        self.aggregation = aggregation
         self.pairs = {task: load_sts_task(data_dir, task, split) for task in self.tasks}
 
     def as_dataset(self):
@@ -146,21 +176,35 @@ class STSEvaluator:
             rows["score"] += pairs.scores.tolist()
         return Dataset.from_dict(rows)
 
+    def fingerprint(self) -> dict:
+        """The protocol of these scores: aggregation, split, and per task its pair count and content hash."""
+        from .protocol import content_hash
+
+        return {"aggregation": self.aggregation, "split": self.split, "tasks": {
+            task: {"pairs": len(pairs.scores),
+                   "sha256": content_hash(pairs.sentences1, pairs.sentences2, pairs.scores.tolist())}
+            for task, pairs in self.pairs.items()}}
+
     def sentences(self) -> list:
         unique = dict.fromkeys(s for pairs in self.pairs.values() for s in pairs.sentences1 + pairs.sentences2)
         return list(unique)
 
-    def __call__(self, embed: Callable[[list], np.ndarray]) -> dict:
+    def evaluate(self, embed: Callable[[list], np.ndarray]) -> dict:
         sentences = [s for pairs in self.pairs.values() for s in pairs.sentences1 + pairs.sentences2]
         vectors = np.asarray(embed(sentences), dtype=np.float64)
-        results, start = {}, 0
+        results, start = {aggregation: {} for aggregation in AGGREGATIONS}, 0
         for task, pairs in self.pairs.items():
             count = len(pairs.scores)
             first, second = vectors[start : start + count], vectors[start + count : start + 2 * count]
-            results[task] = round(cosine_spearman(first, second, pairs.scores), 2)
+            for aggregation, score in aggregated_spearman(first, second, pairs).items():
+                results[aggregation][task] = round(score, 2)
             start += 2 * count
-        results["avg"] = round(float(np.mean([results[task] for task in self.tasks])), 2)
+        for row in results.values():
+            row["avg"] = round(float(np.mean([row[task] for task in self.tasks])), 2)
         return results
+
+    def __call__(self, embed: Callable[[list], np.ndarray]) -> dict:
+        return self.evaluate(embed)[self.aggregation]
 
 
 class CachedSTSEvaluator:
@@ -178,7 +222,7 @@ class CachedSTSEvaluator:
         self.pooled = pooled
         self.rows = {sentence: row for row, sentence in enumerate(sentences)}
 
-    def __call__(self, transform: Optional[Callable] = None) -> dict:
+    def _embed(self, transform: Optional[Callable]) -> Callable:
         import torch  # here, not at the top: `csekit --help` imports this module and needs no torch
 
         def embed(sentences):
@@ -188,7 +232,14 @@ class CachedSTSEvaluator:
                     vectors = transform(vectors.to(next(transform.parameters()).device)).float().cpu()
             return vectors.numpy()
 
-        return self.evaluator(embed)
+        return embed
+
+    def __call__(self, transform: Optional[Callable] = None) -> dict:
+        return self.evaluator(self._embed(transform))
+
+    def evaluate(self, transform: Optional[Callable] = None) -> dict:
+        """Every aggregation (:meth:`STSEvaluator.evaluate`)."""
+        return self.evaluator.evaluate(self._embed(transform))
 
 
 def format_sts_table(results: dict, title: Optional[str] = None, contaminated: Optional[dict] = None) -> str:

@@ -1,7 +1,7 @@
 """The non-STS evaluation suites of ``csekit evaluate`` (transfer, clustering, geometry) and their markdown tables.
 
-Each suite adds one object to the JSON record: ``"transfer": {task: accuracy, "avg"}``, ``"clustering": {dataset:
-accuracy, "avg"}``, ``"geometry": {"alignment", "uniformity", "isoscore"}``.
+Each suite adds one object to the JSON record: ``"transfer": {task: accuracy, "avg": mean of SimCSE's 7}``,
+``"clustering": {dataset: accuracy, "avg"}``, ``"geometry": {"alignment", "uniformity", "isoscore"}``.
 """
 
 from typing import Callable, Optional, Sequence
@@ -10,7 +10,7 @@ import numpy as np
 
 SUITE_TITLES = {
     "sts": "STS (Spearman x100, SentEval 'all')",
-    "transfer": "Transfer (logistic regression accuracy x100; SICK-R / STS-B: Pearson x100)",
+    "transfer": "Transfer (logistic regression accuracy x100; SICK-R / STS-B: Pearson x100; avg: MR..MRPC)",
     "clustering": "Clustering (k-means accuracy x100, Hungarian, mean of runs)",
     "geometry": "Geometry (alignment/uniformity on STS-B train: lower is better; IsoScore on WikiText-2: 0..1)",
 }
@@ -26,11 +26,14 @@ def evaluate_suites(
     clustering_runs: int = 10,
     transfer_protocol: str = "senteval",
     transfer_jobs: int = 1,
+    device=None,
+    protocol: Optional[dict] = None,
 ) -> dict:
     """``{suite: results}`` for the transfer / clustering / geometry suites named in ``suites`` (others ignored).
 
-    ``transfer_protocol``: ``senteval`` or ``fast`` (see :mod:`csekit.evaluation.transfer`); ``transfer_jobs``:
-    folds fitted in parallel in its C search."""
+    ``transfer_protocol``: ``senteval``, ``simcse`` or ``fast`` (see :mod:`csekit.evaluation.transfer`);
+    ``transfer_jobs``: folds fitted in parallel in its C search; ``device``: where the ``simcse`` classifier trains.
+    ``protocol``: a protocol record (:mod:`csekit.evaluation.protocol`) that gets the transfer suite's fingerprint."""
     # each suite's module (and the scikit-learn parts it needs) loads when the suite runs, not with the suite names
     from .clustering import ClusteringEvaluator
     from .geometry import GeometryEvaluator
@@ -39,8 +42,10 @@ def evaluate_suites(
     record = {}
     if "transfer" in suites:
         evaluator = TransferEvaluator(data_dir, max_train=transfer_max_train, protocol=transfer_protocol,
-                                      n_jobs=transfer_jobs)
+                                      n_jobs=transfer_jobs, device=device)
         record["transfer"] = evaluator(embed)
+        if protocol is not None:
+            protocol["transfer"] = evaluator.fingerprint()
     if "clustering" in suites:
         evaluator = ClusteringEvaluator(data_dir, max_examples=clustering_max_examples, runs=clustering_runs)
         record["clustering"] = evaluator(embed)

@@ -29,9 +29,9 @@ Pair tasks use SentEval's features ``[|u - v|, u * v]`` (``mrpc.py`` L83, ``sick
 * the classifier is ``LogisticRegression(C, random_state=1111)`` (L84), whose default solver was liblinear (OvR)
   in SentEval's day and is lbfgs (multinomial) since scikit-learn 0.22 and in the paper's 2023 runs. We use lbfgs,
   solved to convergence (``max_iter`` 10,000 rather than the default 100, which stops short on unscaled features),
-  so the fit is the unique optimum of the L2-regularised loss. The C grid is walked upwards with warm starts: the
-  same optimum, reached in fewer iterations; the fit at the chosen C is reused instead of refitted (same data and C,
-  the same optimum).
+  so the fit is the unique optimum of the L2-regularised loss. Features are float64. The C grid is walked upwards
+  with warm starts (the same optima, reached in fewer iterations); the model at the chosen C is then refitted from
+  scratch, as SentEval does, so the last digits of the solver match too.
 * SICK-R / STS-B (``tools/relatedness.py``, always pytorch in SentEval): ``Linear(2d, 5) + Softmax`` trained with
   Adam (lr 1e-3, no weight decay) on the MSE to SentEval's soft labels (``sick.py`` L123-134, a score 3.6 is 0.4 of
   class 3 and 0.6 of class 4), batches of 64, rounds of 50 epochs, keeping the round with the best dev Pearson of the
@@ -41,6 +41,10 @@ Pair tasks use SentEval's features ``[|u - v|, u * v]`` (``mrpc.py`` L83, ``sick
 
 Texts are embedded once per distinct sentence (whitespace-normalised), the paper's per-occurrence order only
 decides the folds. MRPC's F1 is not reported. Cost for all-MiniLM-L6-v2 on every task: see benchmarks/RESULTS.md.
+
+``protocol="simcse"`` is SentEval's PyTorch path as SimCSE's ``evaluation.py --mode test`` runs it (``usepytorch``,
+``kfold`` 10, Adam, batch 64, tenacity 5, epoch_size 4; L2 weight in 10^-5..10^-2), the classifier of the SimCSE and
+WhitenedCSE transfer tables: :mod:`csekit.evaluation.pytorch_logreg`. Its default tasks are SimCSE's 7.
 
 ``protocol="fast"`` is csekit's earlier shortcut, kept for quick runs: ``StandardScaler + LogisticRegression(C=1)``,
 no search, train -> test (dev ignored), file order with blank lines dropped, and by default the 9 tasks it used
@@ -72,7 +76,7 @@ from .sts import load_sts_split
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 OPTIONAL_TRANSFER_TASKS = ("SST5", "SICKEntailment")
 RELATEDNESS_TASKS = ("SICKRelatedness", "STSBenchmark")
-PROTOCOLS = ("senteval", "fast")
+PROTOCOLS = ("senteval", "simcse", "fast")
 CV_FOLDS = 10
 SEED = 1111
 SPLIT_GRID = tuple(2.0**t for t in range(-2, 4))  # InnerKFoldClassifier and SplitClassifier: validation.py L61, L205
@@ -243,44 +247,59 @@ def _fit_path(x, y, grid, seed, evaluate):
     return [evaluate(model.set_params(C=c).fit(x, y)) for c in grid]
 
 
-def _fold_accuracies(x, y, train, test, grid, seed) -> list:
-    return _fit_path(x[train], y[train], grid, seed, lambda model: model.score(x[test], y[test]))
+class SklearnClassifier:
+    """The ``senteval`` protocol's classifier (``usepytorch=False``): ``LogisticRegression(C, random_state=seed)``
+    on the float64 features. The C searches walk one warm-started fit up the grid (the same optima, fewer
+    iterations); the final model is refitted from scratch at the chosen C, as SentEval does (L97-101, L175-178,
+    L238-243)."""
+
+    grids = {"inner_kfold": SPLIT_GRID, "kfold": KFOLD_GRID, "split": SPLIT_GRID}
+
+    def __init__(self, seed: int = SEED):
+        self.seed = seed
+
+    def grid_accuracies(self, x, y, x_eval, y_eval, grid) -> list:
+        return _fit_path(x, y, grid, self.seed, lambda model: model.score(x_eval, y_eval))
+
+    def final(self, x, y, c, dev=None) -> LogisticRegression:
+        return LogisticRegression(C=c, random_state=self.seed, max_iter=MAX_ITER).fit(x, y)
 
 
-def _cv_choose_c(x, y, folds, grid, seed, n_jobs) -> float:
-    """SentEval's C: the argmax of the fold-mean accuracy x100 rounded to 2 decimals (first best on ties)."""
-    accuracies = Parallel(n_jobs=n_jobs)(delayed(_fold_accuracies)(x, y, *fold, grid, seed) for fold in folds)
+def _fold_accuracies(classifier, x, y, train, test, grid) -> list:
+    return classifier.grid_accuracies(x[train], y[train], x[test], y[test], grid)
+
+
+def _cv_choose(classifier, x, y, folds, grid, n_jobs) -> float:
+    """SentEval's C / L2 weight: the argmax of the fold-mean accuracy x100 rounded to 2 decimals (first best)."""
+    accuracies = Parallel(n_jobs=n_jobs)(delayed(_fold_accuracies)(classifier, x, y, *fold, grid) for fold in folds)
     return grid[int(np.argmax(np.round(100 * np.mean(accuracies, axis=0), 2)))]
-
-
-def _refit(x, y, c, seed):
-    return LogisticRegression(C=c, random_state=seed, max_iter=MAX_ITER).fit(x, y)
 
 
 def _stratified_folds(x, y, seed):
     return list(StratifiedKFold(n_splits=CV_FOLDS, shuffle=True, random_state=seed).split(x, y))
 
 
-def _inner_kfold_accuracy(x, y, seed, n_jobs) -> float:
+def _inner_kfold_accuracy(classifier, x, y, n_jobs) -> float:
     """``InnerKFoldClassifier`` (validation.py L57-107); both fold generators are seeded 1111 there (L63-65)."""
-    scores = []
+    scores, grid = [], classifier.grids["inner_kfold"]
     for train, test in _stratified_folds(x, y, SEED):
-        c = _cv_choose_c(x[train], y[train], _stratified_folds(x[train], y[train], SEED), SPLIT_GRID, seed, n_jobs)
-        scores.append(round(100 * _refit(x[train], y[train], c, seed).score(x[test], y[test]), 2))
+        choice = _cv_choose(classifier, x[train], y[train], _stratified_folds(x[train], y[train], SEED), grid, n_jobs)
+        scores.append(round(100 * classifier.final(x[train], y[train], choice).score(x[test], y[test]), 2))
     return round(float(np.mean(scores)), 2)
 
 
-def _kfold_accuracy(x, y, x_test, y_test, seed, n_jobs) -> float:
+def _kfold_accuracy(classifier, x, y, x_test, y_test, seed, n_jobs) -> float:
     """``KFoldClassifier`` (validation.py L126-181): C by 10-fold CV on train, refit on train, score test."""
-    c = _cv_choose_c(x, y, _stratified_folds(x, y, seed), KFOLD_GRID, seed, n_jobs)
-    return round(100 * _refit(x, y, c, seed).score(x_test, y_test), 2)
+    choice = _cv_choose(classifier, x, y, _stratified_folds(x, y, seed), classifier.grids["kfold"], n_jobs)
+    return round(100 * classifier.final(x, y, choice).score(x_test, y_test), 2)
 
 
-def _split_accuracy(x, y, x_dev, y_dev, x_test, y_test, seed) -> float:
-    """``SplitClassifier`` (validation.py L202-246): C by dev accuracy, test accuracy at that C."""
-    scores = _fit_path(x, y, SPLIT_GRID, seed, lambda model: (model.score(x_dev, y_dev), model.score(x_test, y_test)))
-    best = int(np.argmax([round(100 * dev, 2) for dev, _ in scores]))
-    return round(100 * scores[best][1], 2)
+def _split_accuracy(classifier, x, y, x_dev, y_dev, x_test, y_test) -> float:
+    """``SplitClassifier`` (validation.py L202-246): C by dev accuracy, refit at that C, test accuracy."""
+    grid = classifier.grids["split"]
+    dev = [round(100 * accuracy, 2) for accuracy in classifier.grid_accuracies(x, y, x_dev, y_dev, grid)]
+    choice = grid[int(np.argmax(dev))]
+    return round(100 * classifier.final(x, y, choice, dev=(x_dev, y_dev)).score(x_test, y_test), 2)
 
 
 def encode_relatedness(scores: np.ndarray, classes: int = 5) -> np.ndarray:
@@ -353,10 +372,11 @@ def _fast_accuracy(task: TransferTask, vectors: np.ndarray, seed: int) -> float:
 
 
 def score_task(task: TransferTask, vectors: np.ndarray, protocol: str = "senteval", seed: int = SEED,
-               n_jobs: int = 1) -> float:
+               n_jobs: int = 1, device=None) -> float:
     """Accuracy x100 (Pearson x100 for SICK-R / STS-B) of ``vectors`` (rows aligned with ``task.texts``).
 
-    ``n_jobs`` runs the cross-validation folds of a C search in parallel (joblib)."""
+    ``n_jobs`` runs the cross-validation folds of a C search in parallel (joblib); ``device`` is where the
+    ``simcse`` protocol's classifier trains (default: the CPU)."""
     if protocol not in PROTOCOLS:
         raise DataError(f"unknown transfer protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
     if protocol == "fast" and task.name not in RELATEDNESS_TASKS:
@@ -365,11 +385,18 @@ def score_task(task: TransferTask, vectors: np.ndarray, protocol: str = "senteva
                         for split in (task.train, task.dev, task.test))
     if task.name in RELATEDNESS_TASKS:
         return relatedness_pearson(*train, *dev, *test, seed=seed)
+    if protocol == "simcse":
+        from .pytorch_logreg import PyTorchClassifier
+
+        labels = np.concatenate([split[1] for split in (task.train, task.dev, task.test) if split is not None])
+        classifier = PyTorchClassifier(int(labels.max()) + 1, seed, device)
+    else:
+        classifier = SklearnClassifier(seed)
     if test is None:
-        return _inner_kfold_accuracy(*train, seed, n_jobs)
+        return _inner_kfold_accuracy(classifier, *train, n_jobs)
     if dev is None:
-        return _kfold_accuracy(*train, *test, seed, n_jobs)
-    return _split_accuracy(*train, *dev, *test, seed)
+        return _kfold_accuracy(classifier, *train, *test, seed, n_jobs)
+    return _split_accuracy(classifier, *train, *dev, *test)
 
 
 def _check_folds(task: TransferTask) -> None:
@@ -390,17 +417,21 @@ class TransferEvaluator:
     Args:
         data_dir: folder containing ``senteval/downstream``.
         tasks: default: the 7 standard tasks plus SST-5, SICK-E, SICK-R and STS-B when their files exist (``fast``:
-            without SICK-R and STS-B, as before).
+            without SICK-R and STS-B, as before; ``simcse``: the 7).
         max_train: cap on training examples per task (see module docstring); None uses all.
-        protocol: ``senteval`` (SentEval's scikit-learn protocol) or ``fast`` (see module docstring).
+        protocol: ``senteval`` (SentEval's scikit-learn protocol), ``simcse`` (SentEval's PyTorch classifier as
+            SimCSE's evaluation.py runs it) or ``fast`` (see module docstring).
         n_jobs: parallel folds in the C search (joblib; 1 = none).
+        device: where the ``simcse`` classifier trains (default: the CPU).
     """
 
     def __init__(self, data_dir, tasks: Optional[Sequence[str]] = None, max_train: Optional[int] = None,
-                 protocol: str = "senteval", n_jobs: int = 1):
+                 protocol: str = "senteval", n_jobs: int = 1, device=None):
         if protocol not in PROTOCOLS:
             raise DataError(f"unknown transfer protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
         downstream = Path(data_dir) / "senteval" / "downstream"
+        if tasks is None and protocol == "simcse":
+            tasks = TRANSFER_TASKS  # evaluation.py's transfer tasks
         if tasks is None:
             present = {"SST5": downstream / "SST" / "fine", "SICKEntailment": downstream / "SICK" / "SICK_train.txt"}
             if protocol == "senteval":
@@ -409,20 +440,36 @@ class TransferEvaluator:
             tasks = TRANSFER_TASKS + tuple(name for name, path in present.items() if path.exists())
         if max_train is not None and max_train < CV_FOLDS * 2:
             raise DataError(f"max_train must be at least {CV_FOLDS * 2}, got {max_train}")
-        self.protocol, self.n_jobs = protocol, n_jobs
+        self.protocol, self.n_jobs, self.device, self.max_train = protocol, n_jobs, device, max_train
         self.tasks = {name: restrict_task(load_transfer_task(downstream, name, protocol), max_train) for name in tasks}
-        if protocol == "senteval":
+        if protocol != "fast":
             for task in self.tasks.values():
                 _check_folds(task)
+
+    def fingerprint(self) -> dict:
+        """The protocol of these scores: classifier protocol, cap, and per task its split sizes and content hash."""
+        from .protocol import content_hash
+
+        tasks = {}
+        for name, task in self.tasks.items():
+            splits = {"train": task.train, "dev": task.dev, "test": task.test}
+            tasks[name] = {split: len(value[1]) for split, value in splits.items() if value is not None}
+            examples = [[task.texts[i] for i in np.ravel(value[0])] + np.asarray(value[1]).tolist()
+                        for value in splits.values() if value is not None]
+            tasks[name]["sha256"] = content_hash(*examples)
+        return {"protocol": self.protocol, "max_train": self.max_train, "tasks": tasks}
 
     def evaluate_task(self, name: str, embed: Callable[[list], np.ndarray]) -> float:
         task = self.tasks[name]
         vectors = np.asarray(embed(task.texts), dtype=np.float64)
-        return round(score_task(task, vectors, self.protocol, n_jobs=self.n_jobs), 2)
+        return round(score_task(task, vectors, self.protocol, n_jobs=self.n_jobs, device=self.device), 2)
 
     def __call__(self, embed: Callable[[list], np.ndarray]) -> dict:
+        """``{task: score}``, plus ``avg``: the mean of SimCSE's 7 tasks when all of them were scored (the papers'
+        "Avg."); SST-5, SICK-E and the relatedness tasks get their own columns and enter no average."""
         results = {name: self.evaluate_task(name, embed) for name in tqdm(self.tasks, desc="Transfer", leave=False)}
-        results["avg"] = round(float(np.mean(list(results.values()))), 2)
+        if all(name in results for name in TRANSFER_TASKS):
+            results["avg"] = round(float(np.mean([results[name] for name in TRANSFER_TASKS])), 2)
         return results
 
 

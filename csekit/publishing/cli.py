@@ -96,7 +96,7 @@ def run_export_st(args) -> int:
     try:
         import sentence_transformers  # noqa: F401  (an optional dependency)
     except ImportError:
-        raise DataError("export-st needs sentence-transformers: pip install 'csekit[bench]'") from None
+        raise DataError("export-st needs sentence-transformers: pip install 'csekit[st]'") from None
     from .st_export import export_sentence_transformers
 
     result = export_sentence_transformers(args.model_dir, args.out_dir, args.layout, args.overwrite)

@@ -1,8 +1,9 @@
 """Publish a csekit model folder to the Hugging Face Hub: exactly the files needed to load it, nothing pickled.
 
-The upload set is the folder's top level only (checkpoints stay local): safetensors weights, ``config.json`` with
+The upload set is the model's files only (checkpoints stay local): safetensors weights, ``config.json`` with
 its ``auto_map``, the model code files that ``auto_map`` names (with their same-folder imports), the tokenizer, the
-model card, ``eval_results.json``, and the JSON training arguments and card figure when present. ``*.bin`` /
+model card, ``eval_results.json``, the JSON training arguments and card figure when present, and the
+sentence-transformers layout (``modules.json`` and its module folders). ``*.bin`` /
 ``training_args.bin`` / optimizer states are never uploaded, so loading the repository never unpickles anything.
 
 Nothing local is published: in the uploaded copies of the JSON records and the card, a local path the run was given
@@ -25,14 +26,16 @@ from huggingface_hub import HfApi, constants
 from ..atomic import private_folder, remove_abandoned, write_json, write_text
 from ..errors import DataError
 from ..loading import check_safetensors
-from .figure import FIGURE_FILE
+from ..modeling.sentence_transformers_layout import TOP_LEVEL_FILES as ST_TOP_LEVEL_FILES
+from ..preflight import weight_files
+from .figure import CURVE_FILE, FIGURE_FILE
 from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
     "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
 )
-OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE)
+OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE, CURVE_FILE)
 # the uploaded files that record what the run was given (paths among them)
 RECORD_FILES = ("config.json", "tokenizer_config.json", ARGUMENTS_FILE, RESULTS_FILE)
 UPLOAD_PREFIX = ".csekit-upload-"
@@ -66,7 +69,8 @@ def publishable_copy(model_dir, files: list, destination: Path) -> dict:
     the other files linked (copied across file systems) with the folder's permissions. Returns ``{path: name}``."""
     folder, replaced = Path(model_dir), {}
     for name in files:
-        if name in RECORD_FILES:
+        (destination / name).parent.mkdir(parents=True, exist_ok=True)
+        if Path(name).name in RECORD_FILES:
             write_json(destination / name, strip_local_paths(json.loads((folder / name).read_text()), replaced))
         elif name != "README.md":
             try:
@@ -113,10 +117,10 @@ def files_to_push(model_dir) -> list:
     if "AutoModel" not in auto_map or "AutoConfig" not in auto_map:
         raise DataError(f"{folder}/config.json has no auto_map for AutoConfig/AutoModel; save it with csekit "
                         "(import csekit first) so it loads with trust_remote_code")
-    weights = sorted(path.name for path in folder.glob("*.safetensors"))
+    weights = [str(path.relative_to(folder)) for path in weight_files(folder)]
     if not weights:
         raise DataError(f"{folder}: no *.safetensors weights (pickled weights are never uploaded)")
-    if len(weights) > 1 or not (folder / "model.safetensors").is_file():
+    if weights != ["model.safetensors"]:
         index = folder / "model.safetensors.index.json"
         if not index.is_file():
             raise DataError(f"{folder}: sharded weights without model.safetensors.index.json")
@@ -130,7 +134,18 @@ def files_to_push(model_dir) -> list:
     load_eval_record(folder)
     optional = [name for name in OPTIONAL_FILES if (folder / name).is_file()]
     files = weights + ["config.json"] + code_files(folder, auto_map) + tokenizer + ["README.md", RESULTS_FILE]
-    return sorted(set(files + optional))
+    return sorted(set(files + optional + sentence_transformers_files(folder)))
+
+
+def sentence_transformers_files(folder: Path) -> list:
+    """The sentence-transformers layout's files (``modules.json`` and the module folders it names), if any."""
+    if not (folder / "modules.json").is_file():
+        return []
+    files = [name for name in ST_TOP_LEVEL_FILES if (folder / name).is_file()]
+    for module in json.loads((folder / "modules.json").read_text()):
+        files += [str(path.relative_to(folder)) for path in sorted((folder / module["path"]).rglob("*"))
+                  if path.is_file()]
+    return files
 
 
 def push_to_hub(

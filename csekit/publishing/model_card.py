@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Optional
 
 import jinja2
+import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoModel
 
 from ..atomic import write_json, write_text
 from ..errors import DataError
@@ -24,8 +25,9 @@ from ..evaluation.encoders import load_embedder
 from ..evaluation.sts import STS_COLUMNS, STS_TASKS
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
+from ..modeling.sentence_transformers_layout import sentence_transformers_layout_problem
 from ..preflight import check_output_file
-from .figure import FIGURE_FILE, alignment_uniformity_figure
+from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES, alignment_uniformity_figure, training_curve_figure
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
 FAMILY_TEMPLATES = {
@@ -35,11 +37,9 @@ FAMILY_TEMPLATES = {
     "csekit-clsr": "clsr.md",
 }
 GENERIC_TEMPLATE = "generic.md"
-# Hub copies of the STS test sets (MTEB's), named in the card's model-index so the results are linkable
-STS_HUB_DATASETS = {
-    "STS12": "mteb/sts12-sts", "STS13": "mteb/sts13-sts", "STS14": "mteb/sts14-sts", "STS15": "mteb/sts15-sts",
-    "STS16": "mteb/sts16-sts", "STSBenchmark": "mteb/stsbenchmark-sts", "SICKRelatedness": "mteb/sickr-sts",
-}
+# SentEval's STS test sets -> the MTEB tasks that contain them (a training set that overlaps one overlaps the other)
+SENTEVAL_TO_MTEB = {"STSBenchmark": "STSBenchmark", "SICKRelatedness": "SICK-R",
+                    **{f"STS{year}": f"STS{year}" for year in range(12, 17)}}
 # training-data names (substrings of the recipe's data arguments) -> Hub dataset ids for the card metadata
 TRAINING_DATASETS = {
     "wiki1m": "princeton-nlp/datasets-for-simcse", "nli": "stanfordnlp/snli", "stsb": "mteb/stsbenchmark-sts",
@@ -126,25 +126,35 @@ def other_result_rows(record: dict) -> list:
     return rows
 
 
-def build_card_data(title: str, config, record: dict, arguments: Optional[dict], license: str) -> ModelCardData:
-    """The card's metadata; tasks the record marks ``contaminated`` (training data overlapped their test set) are
-    left out of the model-index, which would otherwise publish them as test results."""
+def build_card_data(title: str, config, record: dict, arguments: Optional[dict], license: str,
+                    sentence_transformers: bool) -> ModelCardData:
+    """The card's metadata. Its model-index holds MTEB results only (``csekit evaluate --mteb``), under the dataset
+    id and revision mteb scored: a Hub dataset id names *that* data, and SentEval's test files are not MTEB's (SICK-R:
+    4,927 vs 9,927 pairs), so the SentEval scores stay in the card's tables under SentEval's names. Tasks the record
+    marks ``contaminated`` (training data overlapped their test set) are left out."""
     method = config.model_type.removeprefix("csekit-")
-    contaminated = record.get("contaminated", {})
+    contaminated = {SENTEVAL_TO_MTEB.get(task, task) for task in record.get("contaminated", {})}
+    mteb_tasks = record.get("protocol", {}).get("mteb", {}).get("tasks", {})
     eval_results = [
         EvalResult(
-            task_type="sentence-similarity", task_name="Semantic Textual Similarity",
-            dataset_type=STS_HUB_DATASETS[task], dataset_name=task, dataset_split="test",
-            metric_type="spearman", metric_name="Spearman correlation of cosine similarity (x100)",
-            metric_value=record["sts"][task],
+            task_type="sentence-similarity", task_name=f"MTEB {task}", dataset_type=mteb_tasks[task]["dataset"],
+            dataset_name=f"MTEB {task}", dataset_split=mteb_tasks[task]["splits"][0],
+            dataset_revision=mteb_tasks[task]["revision"], metric_type=mteb_tasks[task]["main_score"],
+            metric_name=f"{mteb_tasks[task]['main_score']} (x100)", metric_value=score,
         )
-        for task in STS_TASKS if task not in contaminated
+        for task, score in record.get("mteb", {}).items() if task in mteb_tasks and task not in contaminated
     ] or None
+    tags = ["csekit", method, "sentence-embeddings", "sentence-similarity", "custom_code"]
     return ModelCardData(
         model_name=title, library_name="transformers", pipeline_tag="feature-extraction", license=license,
-        tags=["csekit", method, "sentence-embeddings", "sentence-similarity", "custom_code"],
+        tags=tags + (["sentence-transformers"] if sentence_transformers else []),
         base_model=base_model_id(arguments), datasets=training_datasets(arguments), eval_results=eval_results,
     )
+
+
+def framework_versions(record: dict) -> Optional[dict]:
+    """The library versions the evaluation recorded (``eval_results.json`` ``protocol.versions``)."""
+    return record.get("protocol", {}).get("versions") or None
 
 
 def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "apache-2.0") -> ModelCard:
@@ -170,8 +180,11 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     )
     template = environment.get_template(FAMILY_TEMPLATES.get(config.model_type, GENERIC_TEMPLATE))
     comparison = folder / COMPARISON_FILE
+    with torch.device("meta"):  # no weights: only the layout question is asked of the model
+        model = AutoModel.from_config(config)
+    st_problem = sentence_transformers_layout_problem(model)
     content = template.render(
-        card_data=build_card_data(short_name, config, record, arguments, license).to_yaml(),
+        card_data=build_card_data(short_name, config, record, arguments, license, st_problem is None).to_yaml(),
         title=short_name,
         repo_id=repo_id,
         short_name=short_name,
@@ -187,28 +200,36 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         contaminated=record.get("contaminated", {}),
         other_results=other_result_rows(record),
         figure=FIGURE_FILE if (folder / FIGURE_FILE).is_file() else None,
+        figure_numbers=record.get("figure"),
+        curve=CURVE_FILE if (folder / CURVE_FILE).is_file() else None,
+        sentence_transformers_problem=st_problem,
+        versions=framework_versions(record),
+        sts_aggregations=record.get("sts_aggregations"),
+        mteb=record.get("mteb"),
         comparison=comparison.read_text().strip() if comparison.is_file() else None,
     )
     return ModelCard(content)
 
 
-def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128) -> dict:
-    """Encode with the folder's model, draw ``alignment_uniformity.png`` and record the numbers in
-    ``eval_results.json`` under ``geometry`` (other geometry entries, e.g. IsoScore, are kept)."""
+def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128,
+                    max_sentences: Optional[int] = MAX_SENTENCES) -> dict:
+    """Encode with the folder's model, draw ``alignment_uniformity.png`` and record its numbers in
+    ``eval_results.json`` under ``figure`` (a sample's numbers; ``geometry`` stays the full evaluation's)."""
     from ..data import resolve_data_dir
 
     folder = Path(model_dir)
     record = load_eval_record(folder)
     embed, _ = load_embedder(str(folder), batch_size=batch_size)
-    numbers = alignment_uniformity_figure(embed, resolve_data_dir(data_dir), folder / FIGURE_FILE)
-    record["geometry"] = {**record.get("geometry", {}), **numbers}
+    numbers = alignment_uniformity_figure(embed, resolve_data_dir(data_dir), folder / FIGURE_FILE,
+                                          max_sentences=max_sentences)
+    record["figure"] = numbers
     write_json(folder / RESULTS_FILE, record)
     return numbers
 
 
 def write_model_card(
     model, repo_id: Optional[str] = None, license: str = "apache-2.0", figure: str = "missing", data_dir=None,
-    output=None,
+    output=None, figure_sentences: Optional[int] = MAX_SENTENCES,
 ) -> Path:
     """Render the card of ``model`` and write it (atomically); returns the card's path.
 
@@ -218,6 +239,10 @@ def write_model_card(
         figure: ``missing`` (draw ``alignment_uniformity.png`` into a local folder when absent), ``always``,
             ``never``. A Hub model's card shows the figure only when the repository has one.
         output: where the card goes instead of ``<folder>/README.md``.
+        figure_sentences: STS-B train sentences the figure encodes (a seeded sample; ``None``: all of them).
+
+    A record with a ``training_curve`` gets ``training_curve.png`` (loss and dev STS per logged step) when it is
+    missing from a local folder.
     """
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
@@ -230,7 +255,10 @@ def write_model_card(
         repo_id = repo_id or model
     load_eval_record(folder)  # fail on a bad folder before any encoding
     if local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file())):
-        evaluate_figure(folder, data_dir)
+        evaluate_figure(folder, data_dir, max_sentences=figure_sentences)
+    curve = load_eval_record(folder).get("training_curve")
+    if local and curve and not (folder / CURVE_FILE).is_file():
+        training_curve_figure(curve, folder / CURVE_FILE)
     return write_text(output or folder / "README.md", str(render_model_card(folder, repo_id, license)))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from transformers import AutoModel
 
-from ..atomic import staged_folder, write_json
+from ..atomic import staged_folder, write_json, write_text
 from ..errors import DataError
 from ..loading import resolve_model_path
 from ..modeling import SentenceEncoderPreTrainedModel
@@ -97,6 +97,30 @@ def build_remote_code(model: SentenceEncoderPreTrainedModel, dimension: int):
     return SentenceTransformer(modules=[module], device="cpu")
 
 
+def export_card(source: str, name: str, layout: str) -> str:
+    """The csekit card of the source model as the export's card: ``library_name: sentence-transformers`` and the
+    sentence-transformers usage of this folder in place of the csekit loading section (results kept)."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard(source)
+    card.data.library_name = "sentence-transformers"
+    card.data.tags = list(dict.fromkeys([*(card.data.tags or []), "sentence-transformers"]))
+    trust = ", trust_remote_code=True" if layout == "remote-code" else ""
+    usage = (
+        "## How to load\n\n"
+        f"A sentence-transformers export ({layout} layout) of a csekit model; its embeddings equal the csekit "
+        "model's `encode` to 1e-5 (checked when it was written).\n\n"
+        "```python\nfrom sentence_transformers import SentenceTransformer\n\n"
+        f'model = SentenceTransformer("{name}"{trust})\n'
+        'embeddings = model.encode(["A man is playing a guitar.", "Someone plays an instrument."])\n```\n\n'
+    )
+    text = card.text
+    start = text.find("## How to load")
+    end = text.find("\n## ", start + 1) if start >= 0 else -1
+    text = text[:start] + usage + text[end + 1:] if start >= 0 and end >= 0 else usage + text
+    return f"---\n{card.data.to_yaml()}\n---\n{text}"
+
+
 def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overwrite: bool = False) -> dict:
     """Write ``out_dir`` as a sentence-transformers model of the csekit model in ``model_dir``.
 
@@ -128,7 +152,7 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
             write_json(staged / "modules.json", modules)
         card = Path(resolve_model_path(str(model_dir))) / "README.md"
         if card.is_file():
-            shutil.copy(card, staged / "README.md")
+            write_text(staged / "README.md", export_card(card.read_text(), out_dir.name, chosen))
         loaded = SentenceTransformer(str(staged), device="cpu", local_files_only=True,
                                      trust_remote_code=chosen == "remote-code")
         actual = loaded.encode(list(PROBE_SENTENCES), convert_to_numpy=True)
@@ -139,4 +163,4 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
     return {"layout": chosen, "max_abs_difference": difference, "out_dir": str(out_dir)}
 
 
-__all__ = ["LAYOUTS", "export_sentence_transformers", "plain_layout_possible"]
+__all__ = ["LAYOUTS", "export_card", "export_sentence_transformers", "plain_layout_possible"]

@@ -1,0 +1,61 @@
+"""``csekit evaluate MODEL --mteb TASK`` runs the mteb package on the model, with mteb's own task loading.
+
+mteb/stsbenchmark-sts is served by the loopback Hub (tests/fake_hub.py) from the synthetic STS-B test file, so the
+run goes through mteb's real path: ``datasets.load_dataset`` of the pinned revision, then the Hugging Face datasets
+cache, which a second run reads with ``HF_HUB_OFFLINE=1``. The oracle is csekit's own STS-B score of the same pairs:
+mteb's Spearman of cosine must equal it.
+"""
+
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from csekit.evaluation.sts import load_sts_task
+from fake_hub import FakeHub
+
+pytest.importorskip("mteb")
+
+
+def stsbenchmark_repo(data_dir) -> dict:
+    pairs = load_sts_task(data_dir, "STSBenchmark", "test")
+    rows = [{"sentence1": a, "sentence2": b, "score": float(score)}
+            for a, b, score in zip(pairs.sentences1, pairs.sentences2, pairs.scores)]
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as stream:
+        stream.write("".join(json.dumps(row) + "\n" for row in rows).encode())
+    return {("datasets", "mteb/stsbenchmark-sts"): {"test.jsonl.gz": buffer.getvalue()}}
+
+
+def evaluate(*args, env: dict, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "csekit", "evaluate", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **env})
+
+
+def test_mteb_stsbenchmark_equals_csekits_score_online_then_offline(saved_tiny_model, data_dir, tmp_path):
+    home = {"HF_HOME": str(tmp_path / "hf")}  # an empty Hugging Face cache
+    with FakeHub(stsbenchmark_repo(data_dir)) as hub:
+        online = evaluate(str(saved_tiny_model), "--mteb", "STSBenchmark", cwd=tmp_path,
+                          env={**home, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"})
+        assert online.returncode == 0, online.stderr[-3000:]
+        model_requests = [path for _, path in hub.requests if "tiny_simcse" in path or "/api/models/" in path]
+        assert model_requests == []  # a local model folder is never looked up on the Hub
+    output = tmp_path / "results.json"
+    offline = evaluate(str(saved_tiny_model), "--mteb", "STSBenchmark", "--tasks", "sts", "--output", str(output),
+                       cwd=tmp_path, env={**home, "HF_HUB_OFFLINE": "1"})
+    assert offline.returncode == 0, offline.stderr[-3000:]
+    record = json.loads(output.read_text())
+    assert abs(record["mteb"]["STSBenchmark"] - record["sts"]["STSBenchmark"]) <= 0.05
+    # MTEB's results keep MTEB's names and dataset ids, SentEval's keep SentEval's
+    assert record["protocol"]["mteb"]["tasks"]["STSBenchmark"]["dataset"] == "mteb/stsbenchmark-sts"
+    assert "STSBenchmark" in record["protocol"]["sts"]["tasks"]
+
+
+def test_unknown_mteb_task_is_one_line_before_any_work(saved_tiny_model, tmp_path):
+    result = evaluate(str(saved_tiny_model), "--mteb", "NoSuchTask", cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2
+    assert result.stderr.startswith("csekit: error: --mteb:") and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,119 @@
+"""Every csekit model folder loads with ``SentenceTransformer(folder)`` as well as ``AutoModel.from_pretrained``,
+with the same vectors, in a fresh interpreter that never imports csekit (no remote code either)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import AutoModel
+
+from conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
+from csekit.modeling import (
+    CLSRConfig,
+    CLSRModel,
+    CMLMCSEConfig,
+    CMLMCSEModel,
+    SimCSEConfig,
+    SimCSEModel,
+    WhitenedCSEConfig,
+    WhitenedCSEModel,
+)
+from csekit.modeling.sentence_transformers_layout import sentence_transformers_layout_problem
+
+SENTENCES = ["A man is playing a guitar.", "ok", "Two dogs run across a snowy field while their owner watches."]
+
+CASES = {
+    "simcse-cls-mlp": (SimCSEModel, SimCSEConfig, dict(pooler_type="cls", mlp_only_train=False)),
+    "simcse-cls-mlp_only_train": (SimCSEModel, SimCSEConfig, dict(pooler_type="cls", mlp_only_train=True)),
+    "simcse-cls_before_pooler": (SimCSEModel, SimCSEConfig, dict(pooler_type="cls_before_pooler")),
+    "simcse-avg": (SimCSEModel, SimCSEConfig, dict(pooler_type="avg")),
+    "cmlm_cse": (CMLMCSEModel, CMLMCSEConfig, dict(pooler_type="cls", extractor_layers=1, fusion_layers=1)),
+    "whitenedcse-pooled": (WhitenedCSEModel, WhitenedCSEConfig, dict(pooler_type="cls")),
+    "whitenedcse-head_no_whitening": (WhitenedCSEModel, WhitenedCSEConfig,
+                                      dict(pooler_type="cls", inference_representation="head_no_whitening")),
+    "clsr": (CLSRModel, CLSRConfig, dict(pooler_type="avg")),
+    "clsr-literal": (CLSRModel, CLSRConfig, dict(pooler_type="avg", encoder_layout="literal")),
+}
+
+LOAD_BOTH = """
+import json, sys, numpy as np
+from sentence_transformers import SentenceTransformer
+sentences = json.loads(sys.argv[1])
+model = SentenceTransformer(sys.argv[2], device="cpu", local_files_only=True)
+np.save(sys.argv[3], model.encode(sentences, convert_to_numpy=True))
+print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] == "csekit")))
+"""
+
+
+def save_model(folder, tokenizer, model_class, config_class, options, encoder_config=None):
+    torch.manual_seed(0)
+    encoder_config = encoder_config or tiny_bert_config(max_position_embeddings=512)
+    model = model_class(config_class(encoder_config=encoder_config.to_dict(), **options)).eval()
+    model.tokenizer = tokenizer
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_saved_folder_loads_in_sentence_transformers_without_csekit_with_equal_vectors(case, tmp_path, tokenizer):
+    model_class, config_class, options = CASES[case]
+    folder = tmp_path / "model"
+    save_model(folder, tokenizer, model_class, config_class, options)
+    expected = AutoModel.from_pretrained(folder).encode(SENTENCES)  # csekit's own path, reloaded from the folder
+    script = tmp_path / "load.py"
+    script.write_text(LOAD_BOTH)
+    output = tmp_path / "st.npy"
+    result = run_isolated_python(
+        f"import runpy, sys; sys.argv = ['load.py', {json.dumps(json.dumps(SENTENCES))}, {str(folder)!r}, "
+        f"{str(output)!r}]; runpy.run_path({str(script)!r}, run_name='__main__')", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []  # sentence-transformers alone, no csekit
+    assert "LOAD REPORT" not in result.stderr  # no unexpected or missing keys
+    actual = np.load(output)
+    assert actual.shape == expected.shape
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
+
+
+def test_weights_are_stored_once(tmp_path, tokenizer):
+    """The csekit index points into encoder/model.safetensors: no second copy of the backbone."""
+    folder = tmp_path / "model"
+    model = save_model(folder, tokenizer, SimCSEModel, SimCSEConfig, dict(pooler_type="cls", mlp_only_train=False))
+    assert not (folder / "model.safetensors").exists()
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(index) == set(model.state_dict())
+    with safe_open(folder / "encoder" / "model.safetensors", "pt") as stored:
+        assert set(stored.keys()) == {key for key in model.state_dict() if key.startswith("encoder.")}
+    with safe_open(folder / "model-head.safetensors", "pt") as stored:
+        assert set(stored.keys()) == {"mlp.dense.weight", "mlp.dense.bias"}
+
+
+def test_roberta_backbone_loads_in_sentence_transformers(tmp_path, tokenizer):
+    from sentence_transformers import SentenceTransformer
+
+    folder = tmp_path / "model"
+    save_model(folder, tokenizer, SimCSEModel, SimCSEConfig, dict(pooler_type="cls", mlp_only_train=False),
+               encoder_config=tiny_roberta_config(max_position_embeddings=514))
+    expected = AutoModel.from_pretrained(folder).encode(SENTENCES)
+    actual = SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("options", [dict(pooler_type="avg_first_last"), dict(pooler_type="avg_top2")])
+def test_multi_layer_poolers_get_no_sentence_transformers_files_and_say_why(options, tmp_path, tokenizer):
+    folder = tmp_path / "model"
+    model = save_model(folder, tokenizer, SimCSEModel, SimCSEConfig, options)
+    assert "reads several layers" in sentence_transformers_layout_problem(model)
+    assert not (folder / "modules.json").exists() and (folder / "model.safetensors").is_file()
+    np.testing.assert_allclose(AutoModel.from_pretrained(folder).encode(SENTENCES), model.encode(SENTENCES),
+                               atol=1e-6)
+
+
+def test_whitened_representation_gets_no_sentence_transformers_files(tmp_path, tokenizer):
+    folder = tmp_path / "model"
+    model = save_model(folder, tokenizer, WhitenedCSEModel, WhitenedCSEConfig,
+                       dict(pooler_type="cls", inference_representation="head"))
+    assert "not a chain" in sentence_transformers_layout_problem(model)
+    assert not (folder / "modules.json").exists()
