@@ -15,11 +15,12 @@ WORKDIR /opt/csekit
 # torch first and pinned, from the chosen wheel index (an unpinned torch from PyPI pulls the CUDA build)
 RUN pip install --index-url "$TORCH_INDEX" torch==2.13.0
 COPY setup.cfg pyproject.toml README.md ./
+COPY tests/constraints.txt ./constraints.txt
 COPY csekit ./csekit
 COPY modeling ./modeling
 COPY trainers ./trainers
 COPY recipes ./recipes
 COPY model_cards ./model_cards
-RUN pip install ".[tensorboard]"
+RUN pip install -c constraints.txt ".[tensorboard]"
 
 CMD ["csekit", "--help"]

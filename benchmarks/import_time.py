@@ -2,11 +2,15 @@
 
     python benchmarks/import_time.py [--modules csekit csekit.trainers csekit.cli] [--rounds 7]
         [--before OLD_CHECKOUT --before-modules modeling trainers trainers.cli]
+    python benchmarks/import_time.py --commands [--rounds 7]     # the CPU cost of `csekit ... --help`
 
 Every round starts one fresh ``python -c "import X"`` per module, modules alternating within the round, so a busy
 machine slows all of them alike. Reported: median and min-max seconds over the rounds, the heavy libraries found in
 ``sys.modules`` afterwards, and whether matplotlib's backend was switched (a global side effect). The baseline
 ``import transformers; from transformers import PreTrainedModel`` is what any Hugging Face model class costs.
+``--commands`` instead measures the command line: the CPU seconds (user + system, of the child process) of
+``python -m csekit --help`` and of each sub-command's ``--help``, against ``python -c pass`` run in the same rounds,
+and ``import torch, transformers`` for scale; the table reports each command's median cost over the bare start.
 ``--before`` also times modules of another checkout (e.g. the layout before the ``csekit`` namespace, whose top-level
 ``modeling`` / ``trainers`` import from the checkout folder), interleaved in the same rounds; installed modules are
 imported from a neutral working folder, so a checkout never shadows them.
@@ -42,13 +46,47 @@ def measure(module: str, folder: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+BARE = "python -c pass"
+TORCH = "import torch, transformers"
+HELP_COMMANDS = ("--help", "evaluate --help", "extract --help", "card --help", "download --help", "train --help")
+
+
+def cpu_seconds(command: list, folder: str) -> float:
+    """User + system CPU seconds of one child process running ``command``."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(command, capture_output=True, check=True, cwd=folder)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def time_commands(rounds: int) -> None:
+    jobs = {BARE: [sys.executable, "-c", "pass"], TORCH: [sys.executable, "-c", "import torch, transformers"]}
+    jobs.update({f"csekit {command}": [sys.executable, "-m", "csekit", *command.split()] for command in HELP_COMMANDS})
+    runs = {label: [] for label in jobs}
+    with tempfile.TemporaryDirectory() as neutral:
+        for _ in range(rounds):
+            for label, command in jobs.items():
+                runs[label].append(cpu_seconds(command, neutral))
+    bare = statistics.median(runs[BARE])
+    print("| command | median CPU s | min-max CPU s | over the bare start, s |")
+    print("|---|---:|---:|---:|")
+    for label, samples in runs.items():
+        print(f"| `{label}` | {statistics.median(samples):.2f} | {min(samples):.2f}-{max(samples):.2f} | "
+              f"{statistics.median(samples) - bare:.2f} |")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", nargs="+", default=["csekit", "csekit.trainers", "csekit.cli"])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--before", default=None, help="Another checkout whose --before-modules are timed too.")
     parser.add_argument("--before-modules", nargs="+", default=["modeling", "trainers", "trainers.cli"])
+    parser.add_argument("--commands", action="store_true", help="Time the command line's --help instead.")
     args = parser.parse_args(argv)
+    if args.commands:
+        return time_commands(args.rounds)
     with tempfile.TemporaryDirectory() as neutral:
         jobs = [(BASELINE, BASELINE, neutral)] + [(module, module, neutral) for module in args.modules]
         if args.before:

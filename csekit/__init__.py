@@ -1,13 +1,13 @@
 """csekit: train, evaluate and publish contrastive sentence-embedding models in the Hugging Face ecosystem.
 
-    import csekit                        # registers csekit's configs and models with AutoConfig / AutoModel
+    import csekit                        # csekit's configs and models are found by AutoConfig / AutoModel
     from transformers import AutoModel
     model = AutoModel.from_pretrained("outputs/simcse")        # or a Hub id
     vectors = model.encode(["A man plays a guitar."], normalize=True)
 
-The models and configs are imported with the package (they are what the registration needs). Everything else is
-imported on first use, so ``import csekit`` costs what transformers costs: the trainers, the evaluation suites,
-extraction and publishing (scikit-learn, matplotlib, datasets, sentence-transformers) load only when touched.
+``import csekit`` itself loads neither torch nor transformers: the registration with the Auto classes runs when
+transformers' Auto classes are imported (:mod:`csekit.auto_registration`), and every name below is imported on first
+use (PEP 562), so the ``csekit`` command line starts in a fraction of a second.
 
 Sub-packages: ``csekit.modeling`` (configs, models, poolers, losses), ``csekit.trainers`` (one Trainer per method,
 the recipe runner), ``csekit.recipes`` (``accelerate launch -m csekit.recipes.simcse``), ``csekit.evaluation``,
@@ -17,28 +17,23 @@ the recipe runner), ``csekit.recipes`` (``accelerate launch -m csekit.recipes.si
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
+from .auto_registration import register_when_transformers_auto_is_imported
 from .errors import DataError
-from .modeling import (
-    CLSRConfig,
-    CLSRModel,
-    CMLMCSEConfig,
-    CMLMCSEForPreTraining,
-    CMLMCSEModel,
-    SentenceEncoderConfig,
-    SentenceEncoderPreTrainedModel,
-    SimCSEConfig,
-    SimCSEModel,
-    WhitenedCSEConfig,
-    WhitenedCSEModel,
-)
 
 try:
     __version__ = version("csekit")
 except PackageNotFoundError:  # imported from a source tree that was not installed
     __version__ = "unknown"
 
-# name -> the sub-package that defines it, imported on first access (PEP 562)
+register_when_transformers_auto_is_imported()
+
+# name -> the sub-package that defines it, imported on first access
 _LAZY = {
+    **dict.fromkeys(
+        ("CLSRConfig", "CLSRModel", "CMLMCSEConfig", "CMLMCSEForPreTraining", "CMLMCSEModel", "SentenceEncoderConfig",
+         "SentenceEncoderPreTrainedModel", "SimCSEConfig", "SimCSEModel", "WhitenedCSEConfig", "WhitenedCSEModel"),
+        "csekit.modeling",
+    ),
     **dict.fromkeys(
         ("CLSRTrainer", "CMLMCSETrainer", "ContrastiveCollator", "ContrastiveTrainer", "SimCSETrainer",
          "WhitenedCSETrainer"),
@@ -60,18 +55,4 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = [
-    "CLSRConfig",
-    "CLSRModel",
-    "CMLMCSEConfig",
-    "CMLMCSEForPreTraining",
-    "CMLMCSEModel",
-    "DataError",
-    "SentenceEncoderConfig",
-    "SentenceEncoderPreTrainedModel",
-    "SimCSEConfig",
-    "SimCSEModel",
-    "WhitenedCSEConfig",
-    "WhitenedCSEModel",
-    *sorted(_LAZY),
-]
+__all__ = ["DataError", *sorted(_LAZY)]

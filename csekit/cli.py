@@ -1,7 +1,8 @@
 """The ``csekit`` command line: one sub-command per job, each defined next to the code it runs.
 
     csekit train METHOD [recipe flags]       train (one process; several: accelerate launch -m csekit.recipes.METHOD)
-    csekit evaluate MODEL [--tasks ...]      score an encoder on STS / transfer / clustering / geometry
+    csekit evaluate MODEL [--tasks ...]      score an encoder on STS / transfer / clustering / geometry / MTEB
+    csekit compare RESULT...                 results side by side, warning where protocols differ
     csekit extract [--models ...]            training-free extraction grid
     csekit card | push | export-st           publish a trained model folder
     csekit download wiki1m|nli|senteval      SimCSE's corpora and the SentEval data from the Hub
@@ -16,6 +17,7 @@ from importlib import import_module
 
 from .errors import OneLineUsageErrors, report_errors
 from .evaluation.cli import add_evaluate_parser
+from .evaluation.compare import add_compare_parser
 from .extraction.cli import add_extract_parser
 from .publishing.cli import add_card_parser, add_export_st_parser, add_push_parser
 
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_train_parser(subparsers)
     add_evaluate_parser(subparsers)
+    add_compare_parser(subparsers)
     add_extract_parser(subparsers)
     add_card_parser(subparsers)
     add_push_parser(subparsers)

@@ -7,12 +7,15 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput
+from transformers.utils import logging as transformers_logging
 
 from .configuration_encoder import SentenceEncoderConfig
 from .encoding import encode_sentences
 from .packing import PackedSequences, packing_unsupported, position_offset, use_packed_attention
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
 from .sentence_transformers_layout import write_sentence_transformers_layout
+
+logger = transformers_logging.get_logger(__name__)
 
 
 @dataclass
@@ -41,14 +44,31 @@ def build_encoder(encoder_config, name_or_path: Optional[str] = None) -> PreTrai
     bf16/fp16 checkpoint trained in its own dtype would lose AdamW's small updates. Mixed precision is autocast's job
     (``--bf16``/``--fp16``), over float32 weights.
     """
-    if name_or_path:
-        load, source, options = AutoModel.from_pretrained, name_or_path, {"dtype": torch.float32}
-    else:
-        load, source, options = AutoModel.from_config, encoder_config, {}
+    if not name_or_path:
+        try:
+            return AutoModel.from_config(encoder_config, add_pooling_layer=False)
+        except TypeError:  # architectures without a pooler do not take the argument
+            return AutoModel.from_config(encoder_config)
+    # transformers' load report would list the checkpoint's pooler and pretraining heads (BERT's cls.*, dropped on
+    # purpose by a base model) as UNEXPECTED: it is silenced for this call, and what matters, weights the checkpoint
+    # lacks or holds in another shape, is logged below
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
     try:
-        return load(source, add_pooling_layer=False, **options)
-    except TypeError:  # architectures without a pooler do not take the argument
-        return load(source, **options)
+        try:
+            model, info = AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, dtype=torch.float32,
+                                                    output_loading_info=True)
+        except TypeError:
+            model, info = AutoModel.from_pretrained(name_or_path, dtype=torch.float32, output_loading_info=True)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    problems = {"missing (newly initialised)": list(info.get("missing_keys", ())),
+                "mismatched": [str(item) for item in info.get("mismatched_keys", ())]}
+    for kind, keys in problems.items():
+        if keys:
+            logger.warning("%s: %d %s weight(s) while loading the backbone: %s", name_or_path, len(keys), kind,
+                           ", ".join(sorted(keys)[:10]) + (" ..." if len(keys) > 10 else ""))
+    return model
 
 
 class SentenceEncoderPreTrainedModel(PreTrainedModel):

@@ -25,7 +25,8 @@ from typing import Optional, Sequence
 
 import torch
 
-POOLER_TYPES = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2", "layers")
+from .pooler_types import POOLER_TYPES
+
 STATIC_EMBEDDINGS_LAYER = -1
 
 

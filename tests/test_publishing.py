@@ -83,6 +83,8 @@ def test_card_cells_and_metadata_equal_the_recorded_json(trained):
     assert record["training_curve"][-1]["step"] == 2 and "dev" in record["training_curve"][-1]
     assert "![training curve](training_curve.png)" in card.text
     assert f"torch {record['protocol']['versions']['torch']}" in card.text
+    pairs = record["protocol"]["sts"]["tasks"]["STSBenchmark"]["pairs"]
+    assert f"STSBenchmark {pairs}," in card.text and 'SentEval "all" as the headline' in card.text
     assert table_row(card.text, 'this model, SentEval "mean"')[:-1] == [
         f"{record['sts_aggregations']['mean'][task]:.2f}" for task in STS_TASKS]
     assert table_row(card.text, "learning_rate")[0] == f"`{arguments['training_args']['learning_rate']}`"
@@ -176,7 +178,8 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
     assert files == sorted([
         "README.md", "alignment_uniformity.png", "config.json", "configuration_encoder.py", "configuration_simcse.py",
         "encoding.py", "eval_results.json", "model-head.safetensors", "model.safetensors.index.json",
-        "modeling_encoder.py", "modeling_simcse.py", "packing.py", "pooling.py", "sentence_transformers_layout.py",
+        "modeling_encoder.py", "modeling_simcse.py", "packing.py", "pooler_types.py", "pooling.py",
+        "sentence_transformers_layout.py",
         "tokenizer.json", "tokenizer_config.json", "training_args.json", "training_curve.png",
         # the sentence-transformers layout; encoder/model.safetensors is also the csekit model's backbone shard
         "modules.json", "config_sentence_transformers.json", "1_Pooling/config.json", "encoder/config.json",

@@ -29,7 +29,7 @@ def test_saved_folder_is_self_contained(saved_model):
     assert config["auto_map"] == {"AutoConfig": "configuration_simcse.SimCSEConfig",
                                   "AutoModel": "modeling_simcse.SimCSEModel"}
     for code in ("configuration_simcse.py", "configuration_encoder.py", "modeling_simcse.py", "modeling_encoder.py",
-                 "pooling.py", "encoding.py", "packing.py", "sentence_transformers_layout.py"):
+                 "pooling.py", "pooler_types.py", "encoding.py", "packing.py", "sentence_transformers_layout.py"):
         assert (folder / code).is_file(), code
     # the weights: the backbone's in encoder/ (sentence-transformers reads them there), the head's beside the index
     index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
@@ -97,3 +97,26 @@ def test_half_precision_checkpoints_are_trained_and_scored_in_float32(tmp_path, 
         states = reference(**batch).last_hidden_state
     expected = (states * batch["attention_mask"][..., None]).sum(1) / batch["attention_mask"].sum()
     np.testing.assert_allclose(embed(["a man plays a guitar"]), expected.numpy(), atol=1e-5)
+
+
+def test_backbone_load_drops_pretraining_heads_quietly_and_reports_missing_weights(tmp_path, caplog, capfd):
+    """A pretraining checkpoint's heads (BERT's pooler and cls.*) are dropped without transformers' load report; a
+    weight the checkpoint lacks is still reported, as one warning naming it."""
+    import logging
+
+    from safetensors.torch import load_file, save_file
+    from transformers import BertForPreTraining
+
+    from csekit.modeling.modeling_encoder import build_encoder
+
+    BertForPreTraining(tiny_bert_config()).save_pretrained(tmp_path / "full")
+    with caplog.at_level(logging.WARNING):
+        build_encoder(None, str(tmp_path / "full"))
+    assert "LOAD REPORT" not in capfd.readouterr().err and not caplog.records
+    weights = load_file(tmp_path / "full" / "model.safetensors")
+    del weights["bert.encoder.layer.1.output.dense.weight"]
+    save_file(weights, tmp_path / "full" / "model.safetensors", metadata={"format": "pt"})
+    with caplog.at_level(logging.WARNING):
+        build_encoder(None, str(tmp_path / "full"))
+    assert [record.getMessage().split(": ", 1)[1] for record in caplog.records] == [
+        "1 missing (newly initialised) weight(s) while loading the backbone: encoder.layer.1.output.dense.weight"]

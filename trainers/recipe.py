@@ -198,6 +198,40 @@ class RecipeArgumentParser(OneLineUsageErrors, HfArgumentParser):
     """``HfArgumentParser`` whose errors (unknown flag, bad value, unknown YAML key) are one line."""
 
 
+# the TrainingArguments flags ``--help`` shows (``--help-all`` shows the other ~150 of transformers too)
+COMMON_TRAINING_FLAGS = (
+    "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+    "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "seed", "bf16", "fp16",
+    "gradient_checkpointing", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
+    "load_best_model_at_end", "metric_for_best_model", "logging_steps", "report_to", "resume_from_checkpoint",
+    "push_to_hub", "hub_model_id", "dataloader_num_workers",
+)
+HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults)", "data": "data and evaluation",
+               "training": "training (the common flags; --help-all lists every one)"}
+
+
+def group_help(parser: argparse.ArgumentParser, dataclass_types: tuple, show_all: bool) -> None:
+    """Put each argument group's flags under a titled section of ``--help`` and, unless ``show_all``, hide the
+    TrainingArguments flags that are not in :data:`COMMON_TRAINING_FLAGS`."""
+    inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
+    owners = {}
+    for cls in dataclass_types:
+        kind = ("training" if cls.__name__.endswith("TrainingArguments")
+                else "data" if issubclass(cls, DataArguments) else "model")
+        for item in dataclasses.fields(cls):
+            owners.setdefault(item.name, HELP_GROUPS[kind])
+    groups = {title: parser.add_argument_group(title) for title in dict.fromkeys(owners.values())}
+    default_group = parser._action_groups[1]  # argparse's "options" section, where HfArgumentParser put them all
+    for action in list(default_group._group_actions):
+        name = action.dest
+        if name not in owners:
+            continue
+        if not show_all and name in inherited and name not in COMMON_TRAINING_FLAGS and action.help is not None:
+            action.help = argparse.SUPPRESS
+        default_group._group_actions.remove(action)
+        groups[owners[name]]._group_actions.append(action)
+
+
 def parse_recipe_args(
     dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
     description: Optional[str] = None, prog: Optional[str] = None,
@@ -210,8 +244,13 @@ def parse_recipe_args(
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = RecipeArgumentParser(dataclass_types, description=description, prog=prog,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    show_all = "--help-all" in argv
+    argv = ["--help" if item == "--help-all" else item for item in argv]
+    group_help(parser, dataclass_types, show_all)
     parser.add_argument("--config", default=None, help="YAML file of arguments, or the name of one shipped with csekit "
                         f"({', '.join(shipped_configs())}); flags on the command line win.")
+    parser.add_argument("--help-all", action="store_true", help="Show every flag, all of transformers' "
+                        "TrainingArguments included, and exit.")
     if defaults:
         parser.set_defaults(**defaults)
     config_path = None

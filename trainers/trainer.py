@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 from huggingface_hub import HfApi
 from transformers import Trainer
+from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..atomic import move_into_place
@@ -18,6 +19,17 @@ from ..evaluation.sts import STSEvaluator
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX
 
 TRAINER_STATE = "trainer_state.json"
+
+
+class NumericProgressCallback(ProgressCallback):
+    """transformers' progress bar, whose log lines print values as numbers (``loss=0.0123``) rather than the quoted
+    strings of its dict (``'loss': '0.0123'``)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None:
+            shown = {key: value for key, value in (logs or {}).items() if key != "total_flos"}
+            self.training_bar.write("  ".join(
+                f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in shown.items()))
 
 
 class ContrastiveTrainer(Trainer):
@@ -50,10 +62,19 @@ class ContrastiveTrainer(Trainer):
                 "csekit trainers publish once, after the test evaluation: leave TrainingArguments.push_to_hub off and "
                 "call trainer.push_to_hub() once eval_results.json is written (the recipes' --push_to_hub does this)"
             )
+        tokenizer = kwargs.get("processing_class")
+        if model is not None and tokenizer is not None:
+            # the wrapper config names the tokenizer's special tokens, so the Trainer has nothing to "align" (and
+            # no warning to print); a value the config already holds is left for the Trainer to report
+            for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+                if getattr(tokenizer, name, None) is not None and getattr(model.config, name, None) is None:
+                    setattr(model.config, name, getattr(tokenizer, name))
         if sts_evaluator is not None and kwargs.get("eval_dataset") is None:
             # Trainer insists on an eval_dataset for step-wise evaluation; the evaluator's pairs are that data
             kwargs["eval_dataset"] = sts_evaluator.as_dataset()
         super().__init__(model, args, *rest, **kwargs)
+        if self.pop_callback(ProgressCallback) is not None:
+            self.add_callback(NumericProgressCallback)
         self.sts_evaluator = sts_evaluator
         self.eval_batch_size = eval_batch_size
         self._component_sums = defaultdict(float)

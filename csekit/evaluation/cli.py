@@ -9,13 +9,12 @@
 from ..atomic import write_json
 from ..data import resolve_data_dir
 from ..errors import DataError
-from ..modeling.pooling import POOLER_TYPES
+from ..modeling.pooler_types import POOLER_TYPES
 from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
 from ..preflight import check_output_file
 from .protocol import protocol_record
 from .sts import AGGREGATIONS, STS_TASKS, STSEvaluator, format_sts_table
-from .suites import SUITES
-from .transfer import PROTOCOLS as TRANSFER_PROTOCOLS
+from .suites import SUITES, TRANSFER_PROTOCOLS
 
 
 def add_evaluate_parser(subparsers) -> None:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from ..errors import DataError
 
@@ -119,6 +118,8 @@ def cosine(embeddings1: np.ndarray, embeddings2: np.ndarray) -> np.ndarray:
 
 def cosine_spearman(embeddings1: np.ndarray, embeddings2: np.ndarray, scores: np.ndarray) -> float:
     """Spearman (x100) between gold scores and row-wise cosine similarities."""
+    from scipy.stats import spearmanr  # here: the command line's parsers read this module's task names
+
     return float(spearmanr(cosine(embeddings1, embeddings2), scores).statistic * 100)
 
 
@@ -126,6 +127,8 @@ def aggregated_spearman(embeddings1: np.ndarray, embeddings2: np.ndarray, pairs:
     """``{"all", "mean", "wmean"}`` Spearman x100 of one task, as SentEval's ``STSEval.run`` reports a year:
     ``all`` over the concatenated sub-datasets (SimCSE's modified SentEval, the headline), ``mean`` the plain and
     ``wmean`` the size-weighted mean of the per-sub-dataset correlations. A single-set task has one value."""
+    from scipy.stats import spearmanr
+
     similarities = cosine(embeddings1, embeddings2)
     result = {"all": float(spearmanr(similarities, pairs.scores).statistic * 100)}
     if not pairs.subsets:

@@ -15,6 +15,7 @@ SUITE_TITLES = {
     "geometry": "Geometry (alignment/uniformity on STS-B train: lower is better; IsoScore on WikiText-2: 0..1)",
 }
 SUITES = tuple(SUITE_TITLES)  # what --tasks takes, in csekit evaluate and csekit extract
+TRANSFER_PROTOCOLS = ("senteval", "simcse", "fast")  # csekit.evaluation.transfer's protocols (module docstring)
 
 
 def evaluate_suites(

@@ -72,11 +72,12 @@ from tqdm.auto import tqdm
 
 from ..errors import DataError
 from .sts import load_sts_split
+from .suites import TRANSFER_PROTOCOLS
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 OPTIONAL_TRANSFER_TASKS = ("SST5", "SICKEntailment")
 RELATEDNESS_TASKS = ("SICKRelatedness", "STSBenchmark")
-PROTOCOLS = ("senteval", "simcse", "fast")
+PROTOCOLS = TRANSFER_PROTOCOLS
 CV_FOLDS = 10
 SEED = 1111
 SPLIT_GRID = tuple(2.0**t for t in range(-2, 4))  # InnerKFoldClassifier and SplitClassifier: validation.py L61, L205

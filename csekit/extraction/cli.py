@@ -12,15 +12,10 @@ from ..atomic import write_json, write_text
 from ..data import read_reference_corpus, resolve_data_dir, resolve_data_file
 from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
-from ..evaluation.suites import SUITE_TITLES, SUITES, format_table
-from ..evaluation.transfer import PROTOCOLS as TRANSFER_PROTOCOLS
-from ..loading import resolve_device
+from ..evaluation.suites import SUITE_TITLES, SUITES, TRANSFER_PROTOCOLS, format_table
 from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
 from ..preflight import check_output_file
-from .extractor import AGGREGATIONS, LAYER_PRESETS, Extractor, HiddenStateCache, load_reference
-from .grid import STS_FIT_SETS, evaluation_units, run_grid
-from .postprocessing import STEP_NAMES
-from .prompts import TEMPLATES
+from .settings import AGGREGATIONS, LAYER_PRESETS, STEP_NAMES, STS_FIT_SETS, TEMPLATES
 
 
 def _list(value: str) -> list:
@@ -124,6 +119,10 @@ def format_grid(rows: list) -> str:
 
 
 def run_extract(args) -> int:
+    from ..loading import resolve_device
+    from .extractor import Extractor, HiddenStateCache, load_reference
+    from .grid import evaluation_units, run_grid
+
     output = check_output_file(args.output) if args.output else None  # a bad --output fails before any work
     resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)

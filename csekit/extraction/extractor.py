@@ -55,10 +55,9 @@ from .idf import (
 )
 from .postprocessing import PostProcessingChain
 from .prompts import mask_token_weights, resolve_template
+from .settings import AGGREGATIONS, LAYER_PRESETS
 from .static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
 
-LAYER_PRESETS = ("last", "first_last", "1_2_last")
-AGGREGATIONS = ("avg", "idf-w", "idf-t", "no-biases", "mask")
 DEFAULT_REFERENCE = "wiki/wikitext-2-raw/wiki.test.raw"
 # (file in the data folder, sentences read): WikiText-2 test and the quickstart's first 11,914 wiki1m sentences
 DEFAULT_AVG_CORPUS = (("wiki/wikitext-2-raw/wiki.test.raw", None),
@@ -431,8 +430,6 @@ def load_reference(path: Optional[str], data_dir) -> list:
 
 
 __all__ = [
-    "AGGREGATIONS",
-    "LAYER_PRESETS",
     "ExtractionSetting",
     "Extractor",
     "HiddenStateCache",

@@ -19,8 +19,7 @@ from ..evaluation.transfer import TransferEvaluator
 from .extractor import ExtractionSetting, Extractor, load_source, resolve_layers
 from .postprocessing import parse_postprocessing
 from .prompts import resolve_template
-
-STS_FIT_SETS = ("test", "all-splits")
+from .settings import STS_FIT_SETS
 
 
 def sts_fit_sentences(data_dir, task: str, fit_set: str) -> Optional[list]:

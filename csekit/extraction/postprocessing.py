@@ -29,9 +29,9 @@ from sklearn.decomposition import PCA
 from sklearn.preprocessing import QuantileTransformer, StandardScaler, normalize
 
 from ..errors import DataError
+from .settings import STEP_NAMES
 
 REFERENCE_SUFFIX = "^W"
-STEP_NAMES = ("zscore", "quantile-u", "whiten", "abtt-D", "normalize")
 NO_POSTPROCESSING = "none"
 
 

@@ -22,17 +22,11 @@ from typing import Sequence
 import torch
 
 from ..errors import DataError
+from .settings import TEMPLATES
 
 SENTENCE_SLOT = "[X]"
 MASK_SLOT = "[MASK]"
 NO_TEMPLATE = "none"
-TEMPLATES = {
-    "T0": 'This sentence: "[X]" means [MASK].',
-    "T1": 'This sentence: "[X]" means [MASK][MASK].',
-    "T2": 'This sentence: "[X]" means "[MASK][MASK]" and is about [MASK].',
-    "T3": 'This sentence from the paraphrase dictionary: "[X]" means "[MASK]", which is about [MASK].',
-    "T4": 'This sentence from the dictionary: "[X]" means "[MASK]" and is about [MASK], which is a synonym for [MASK].',
-}
 REPRESENTATIONS = ("avg", "mask")
 
 
@@ -86,4 +80,4 @@ def mask_token_weights(input_ids: torch.Tensor, tokenizer, expected_masks: int) 
     return weights
 
 
-__all__ = ["REPRESENTATIONS", "TEMPLATES", "PromptTemplate", "mask_token_weights", "resolve_template"]
+__all__ = ["REPRESENTATIONS", "PromptTemplate", "mask_token_weights", "resolve_template"]

@@ -205,6 +205,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         sentence_transformers_problem=st_problem,
         versions=framework_versions(record),
         sts_aggregations=record.get("sts_aggregations"),
+        sts_protocol=record.get("protocol", {}).get("sts"),
         mteb=record.get("mteb"),
         comparison=comparison.read_text().strip() if comparison.is_file() else None,
     )
