@@ -77,7 +77,7 @@ def test_card_cells_and_metadata_equal_the_recorded_json(trained):
     assert card.data.eval_results is None and "mteb/" not in card.content.split("\n---\n")[0]
     # the figure was drawn by this evaluation, on the sample the card names
     assert (trained / "alignment_uniformity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"a seeded sample of {record['figure']['sentences']} STS-B train sentences" in card.text
+    assert f"all {record['figure']['sentences']} STS-B train sentences" in card.text  # fewer than the sample size
     # the training curve, the framework versions and SentEval's other aggregations
     assert (trained / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert record["training_curve"][-1]["step"] == 2 and "dev" in record["training_curve"][-1]
@@ -303,3 +303,16 @@ def test_trainer_push_to_hub_uploads_the_csekit_set_and_trainer_side_pushes_are_
     with pytest.raises(DataError, match="HF_HUB_OFFLINE is set"):
         run_recipe(RECIPE, *RECIPE.parse(argv + ["--hub_model_id", "someone/x"]))
     assert not (trained.parent / "never").exists()
+
+
+def test_figure_sample_keeps_whole_positive_pairs_and_caps_the_sentences():
+    from csekit.publishing.figure import sample_rows
+
+    sentences = [f"s{i}" for i in range(5000)]
+    positives = np.arange(4000).reshape(-1, 2)  # 2,000 positive pairs over the first 4,000 sentences
+    chosen, rows = sample_rows(sentences, positives, 1000, seed=0)
+    assert len(chosen) == 1000 == len(set(chosen.tolist())) and len(rows) == 250
+    original = {tuple(pair) for pair in positives.tolist()}
+    assert all((chosen[a], chosen[b]) in original for a, b in rows.tolist())  # re-indexed to the sample
+    everything, same = sample_rows(sentences[:600], positives[:100], 1000, seed=0)
+    assert len(everything) == 600 and np.array_equal(same, positives[:100])

@@ -57,3 +57,27 @@ def test_encode_rejects_a_bare_string(saved_tiny_model):
     model = SimCSEModel.from_pretrained(saved_tiny_model)
     with pytest.raises(TypeError, match="list of sentences"):
         model.encode("just one string")
+
+
+def test_training_log_lines_print_numbers_not_quoted_strings(saved_tiny_model, tokenizer, tmp_path, capsys):
+    """transformers' progress bar prints ``{'loss': '0.0123'}``; the csekit trainers print ``loss=0.0123``."""
+    from transformers import TrainerState
+    from transformers.trainer_callback import ProgressCallback
+
+    from csekit.trainers.simcse import SimCSETrainer
+    from csekit.trainers.trainer import NumericProgressCallback
+
+    args = RECIPE.parse(["--model_name_or_path", str(saved_tiny_model), "--output_dir", str(tmp_path),
+                         "--report_to", "none", "--eval_strategy", "no", "--load_best_model_at_end", "false"])[2]
+    model = SimCSEModel.from_pretrained(saved_tiny_model)
+    trainer = SimCSETrainer(model=model, args=args, processing_class=tokenizer)
+    callbacks = [type(callback) for callback in trainer.callback_handler.callbacks]
+    assert NumericProgressCallback in callbacks and ProgressCallback not in callbacks
+    assert model.config.pad_token_id == tokenizer.pad_token_id  # recorded, so the Trainer has nothing to align
+    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, NumericProgressCallback))
+    callback.training_bar = __import__("tqdm").tqdm(disable=True)
+    callback.training_bar.write = print
+    state = TrainerState()
+    state.is_world_process_zero = True
+    callback.on_log(args, state, None, logs={"loss": 0.012345678, "epoch": 0.5, "total_flos": 1.0})
+    assert capsys.readouterr().out.strip() == "loss=0.01235  epoch=0.5"

@@ -23,7 +23,7 @@ from ..evaluation.geometry import GeometryEvaluator, alignment, uniformity
 FIGURE_FILE = "alignment_uniformity.png"
 CURVE_FILE = "training_curve.png"
 SAMPLED_PAIRS = 20000
-MAX_SENTENCES = 2000
+MAX_SENTENCES = 1000
 
 
 def sample_rows(sentences: list, positive_rows: np.ndarray, max_sentences: Optional[int], seed: int) -> tuple:
@@ -68,7 +68,7 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
     numbers = {
         "alignment": round(alignment(vectors[rows[:, 0]], vectors[rows[:, 1]]), 4),
         "uniformity": round(uniformity(vectors), 4),
-        "sentences": len(chosen), "positive_pairs": len(rows),
+        "sentences": len(chosen), "positive_pairs": len(rows), "sampled": len(chosen) < len(evaluator.sentences),
     }
     positive = ((unit[rows[:, 0]] - unit[rows[:, 1]]) ** 2).sum(1)
     generator = np.random.default_rng(seed)

@@ -15,17 +15,14 @@ from pathlib import Path
 from typing import Optional
 
 import jinja2
-import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import AutoConfig, AutoModel
+from transformers import AutoConfig
 
 from ..atomic import write_json, write_text
 from ..errors import DataError
-from ..evaluation.encoders import load_embedder
 from ..evaluation.sts import STS_COLUMNS, STS_TASKS
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
-from ..modeling.sentence_transformers_layout import sentence_transformers_layout_problem
 from ..preflight import check_output_file
 from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES, alignment_uniformity_figure, training_curve_figure
 
@@ -50,6 +47,8 @@ TRAINING_KEYS = (
     "bf16", "fp16", "seed",
 )
 COMPARISON_FILE = "comparison.md"
+NO_SENTENCE_TRANSFORMERS = ("its inference is not a backbone followed by last-layer [CLS] or mean pooling and Linear "
+                            "layers (a multi-layer pooler, or a whitening head), so the folder has no modules.json")
 
 
 def read_json(path: Path) -> dict:
@@ -180,9 +179,8 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     )
     template = environment.get_template(FAMILY_TEMPLATES.get(config.model_type, GENERIC_TEMPLATE))
     comparison = folder / COMPARISON_FILE
-    with torch.device("meta"):  # no weights: only the layout question is asked of the model
-        model = AutoModel.from_config(config)
-    st_problem = sentence_transformers_layout_problem(model)
+    # save_pretrained writes the sentence-transformers files exactly when the model's inference allows them
+    st_problem = None if (folder / "modules.json").is_file() else NO_SENTENCE_TRANSFORMERS
     content = template.render(
         card_data=build_card_data(short_name, config, record, arguments, license, st_problem is None).to_yaml(),
         title=short_name,
@@ -220,6 +218,8 @@ def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128,
 
     folder = Path(model_dir)
     record = load_eval_record(folder)
+    from ..evaluation.encoders import load_embedder
+
     embed, _ = load_embedder(str(folder), batch_size=batch_size)
     numbers = alignment_uniformity_figure(embed, resolve_data_dir(data_dir), folder / FIGURE_FILE,
                                           max_sentences=max_sentences)
