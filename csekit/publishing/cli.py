@@ -45,10 +45,11 @@ def add_push_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "push",
         help="Upload a csekit model folder to the Hugging Face Hub (safetensors only, code, tokenizer, card, results).",
-        description="Create REPO_ID if needed and upload, in one commit, the top-level files needed to load MODEL_DIR "
-        "with AutoModel.from_pretrained(REPO_ID, trust_remote_code=True): *.safetensors, config.json (with auto_map), "
-        "the model code files, the tokenizer, README.md, eval_results.json, and training_args.json / "
-        "alignment_uniformity.png when present. Pickles (*.bin, training_args.bin) and checkpoints are never "
+        description="Create REPO_ID if needed and upload, in one commit, the files needed to load MODEL_DIR with "
+        "AutoModel.from_pretrained(REPO_ID, trust_remote_code=True) and with SentenceTransformer(REPO_ID): the "
+        "safetensors weights, config.json (with auto_map), the model code files, the tokenizer, the "
+        "sentence-transformers modules, README.md, eval_results.json, and training_args.json and the card's figures "
+        "when present. Pickles (*.bin, training_args.bin) and checkpoints are never "
         "uploaded. Uses the token saved by `hf auth login` or $HF_TOKEN.",
     )
     parser.add_argument("model_dir", metavar="MODEL_DIR", help="A csekit model folder with eval_results.json.")
