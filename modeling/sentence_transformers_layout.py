@@ -39,7 +39,6 @@ INDEX_FILE = "model.safetensors.index.json"
 POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
 # files of the layout at the folder's top level (a folder committed over an older model replaces or removes them)
 TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
-ST_FOLDERS = (ENCODER_FOLDER, "1_Pooling", "2_Dense", "3_Dense", "4_Dense")
 ST_MODULES = {"Transformer": "sentence_transformers.base.modules.Transformer",
               "Pooling": "sentence_transformers.sentence_transformer.modules.Pooling",
               "Dense": "sentence_transformers.base.modules.Dense"}
@@ -131,5 +130,5 @@ def write_sentence_transformers_layout(model, folder, tokenizer) -> bool:
     return True
 
 
-__all__ = ["ST_FOLDERS", "TOP_LEVEL_FILES", "sentence_transformers_layout_problem",
+__all__ = ["TOP_LEVEL_FILES", "sentence_transformers_layout_problem",
            "write_sentence_transformers_layout"]
