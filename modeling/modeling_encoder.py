@@ -44,22 +44,22 @@ def build_encoder(encoder_config, name_or_path: Optional[str] = None) -> PreTrai
     bf16/fp16 checkpoint trained in its own dtype would lose AdamW's small updates. Mixed precision is autocast's job
     (``--bf16``/``--fp16``), over float32 weights.
     """
-    if not name_or_path:
+    def without_pooler(load, *args, **kwargs):
         try:
-            return AutoModel.from_config(encoder_config, add_pooling_layer=False)
+            return load(*args, add_pooling_layer=False, **kwargs)
         except TypeError:  # architectures without a pooler do not take the argument
-            return AutoModel.from_config(encoder_config)
+            return load(*args, **kwargs)
+
+    if not name_or_path:
+        return without_pooler(AutoModel.from_config, encoder_config)
     # transformers' load report would list the checkpoint's pooler and pretraining heads (BERT's cls.*, dropped on
     # purpose by a base model) as UNEXPECTED: it is silenced for this call, and what matters, weights the checkpoint
     # lacks or holds in another shape, is logged below
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()
     try:
-        try:
-            model, info = AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, dtype=torch.float32,
-                                                    output_loading_info=True)
-        except TypeError:
-            model, info = AutoModel.from_pretrained(name_or_path, dtype=torch.float32, output_loading_info=True)
+        model, info = without_pooler(AutoModel.from_pretrained, name_or_path, dtype=torch.float32,
+                                     output_loading_info=True)
     finally:
         transformers_logging.set_verbosity(verbosity)
     problems = {"missing (newly initialised)": list(info.get("missing_keys", ())),

@@ -363,13 +363,11 @@ def training_curve(log_history: list, dev_task: str = DEV_TASKS[0]) -> list:
     score (``eval_<dev_task>``) per step, for the model card's curve."""
     curve = {}
     for entry in log_history:
-        point = curve.setdefault(entry.get("step"), {"step": entry.get("step")})
-        if "loss" in entry:
-            point["loss"] = float(entry["loss"])
-        if f"eval_{dev_task}" in entry:
-            point["dev"] = float(entry[f"eval_{dev_task}"])
-    return [point for step, point in sorted(curve.items(), key=lambda item: item[0] or 0)
-            if step is not None and len(point) > 1]
+        values = {"loss": entry.get("loss"), "dev": entry.get(f"eval_{dev_task}")}
+        if entry.get("step") is not None and any(value is not None for value in values.values()):
+            point = curve.setdefault(entry["step"], {"step": entry["step"]})
+            point.update({key: float(value) for key, value in values.items() if value is not None})
+    return [curve[step] for step in sorted(curve)]
 
 
 def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,

@@ -62,7 +62,7 @@ def run_evaluate(args) -> int:
     if unknown or not (suites or args.mteb):
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from "
                         f"{', '.join(SUITES)}")
-    resolve_device(args.device)  # a bad --device fails before any data is read
+    device = resolve_device(args.device)  # a bad --device fails before any data is read
     output = check_output_file(args.output) if args.output else None  # a bad --output fails before any work
     mteb_tasks = load_mteb_tasks(args.mteb) if args.mteb else None  # an unknown task name fails before any work
     data_dir = resolve_data_dir(args.data_dir) if suites else None
@@ -82,7 +82,7 @@ def run_evaluate(args) -> int:
     record.update(
         evaluate_suites(
             suites, data_dir, embed, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
-            args.transfer_protocol, args.transfer_jobs, device=resolve_device(args.device), protocol=protocol,
+            args.transfer_protocol, args.transfer_jobs, device=device, protocol=protocol,
         )
     )
     record["protocol"] = protocol

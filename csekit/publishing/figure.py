@@ -26,6 +26,13 @@ SAMPLED_PAIRS = 20000
 MAX_SENTENCES = 1000
 
 
+def write_png(figure: Figure, path) -> None:
+    """``figure`` as a PNG at ``path``, written atomically."""
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=110)
+    write_bytes(path, png.getvalue())
+
+
 def sample_rows(sentences: list, positive_rows: np.ndarray, max_sentences: Optional[int], seed: int) -> tuple:
     """``(sentence indices, positive rows re-indexed to them)``: at most ``max_sentences`` sentences, up to half of
     them from seeded positive pairs and the rest seeded random sentences."""
@@ -87,9 +94,7 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
         axis.set_xlabel("squared L2 distance of normalised embeddings")
     left.set_ylabel("pairs")
     figure.tight_layout()
-    png = io.BytesIO()
-    figure.savefig(png, format="png", dpi=110)
-    write_bytes(path, png.getvalue())
+    write_png(figure, path)
     return numbers
 
 
@@ -108,9 +113,7 @@ def training_curve_figure(curve: list, path) -> None:
     if any(entry.get("loss") is not None and entry["loss"] > 0 for entry in curve):
         left.set_yscale("log")  # a contrastive loss falls over orders of magnitude on a sentence-tuned backbone
     figure.tight_layout()
-    png = io.BytesIO()
-    figure.savefig(png, format="png", dpi=110)
-    write_bytes(path, png.getvalue())
+    write_png(figure, path)
 
 
 __all__ = [

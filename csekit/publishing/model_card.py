@@ -254,10 +254,9 @@ def write_model_card(
         if output is None:
             raise DataError(f"{model}: the card of a Hub model is written to --output FILE (the cache is read-only)")
         repo_id = repo_id or model
-    load_eval_record(folder)  # fail on a bad folder before any encoding
+    curve = load_eval_record(folder).get("training_curve")  # fails on a bad folder before any encoding
     if local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file())):
         evaluate_figure(folder, data_dir, max_sentences=figure_sentences)
-    curve = load_eval_record(folder).get("training_curve")
     if local and curve and not (folder / CURVE_FILE).is_file():
         training_curve_figure(curve, folder / CURVE_FILE)
     return write_text(output or folder / "README.md", str(render_model_card(folder, repo_id, license)))
