@@ -4,8 +4,11 @@ Every command calls these before it trains, encodes or writes anything; each fai
 line, ``<what>: <why>; <how to fix>``, and nothing has been written yet:
 
 * the model: :func:`read_model_config` (``config.json`` readable, with a ``model_type`` transformers knows without
-  running the folder's own code) and :func:`check_model_inputs` (the tokenizer's ids fit the embedding matrix, the
-  longest input fits the position embeddings);
+  running the folder's own code, of a backbone family csekit supports: :data:`SUPPORTED_BACKBONES`),
+  :func:`load_tokenizer` (tokenizer files there, and a probe sentence that is not all unknown tokens) and
+  :func:`check_model_inputs` (the tokenizer's ids fit the embedding matrix, the longest input fits the position
+  embeddings);
+* settings: :func:`check_finite` (every float a flag, a YAML file or a config gives is a finite number);
 * the outputs: :func:`check_output_dir` and :func:`check_output_file` (not under a file, writable);
 * a training run: :func:`check_training_arguments` (the hyper-parameters mean a run) and :func:`find_checkpoint`
   (the resume target, or the newest *complete* checkpoint for ``last``).
@@ -15,6 +18,7 @@ The data a run reads (training file, evaluation sets) is read, and so checked, b
 
 import json
 import logging
+import math
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -26,6 +30,19 @@ logger = logging.getLogger(__name__)
 # encoders whose position ids start after the padding index (RoBERTa's create_position_ids_from_input_ids): an input
 # of n tokens uses positions up to padding_idx + n
 POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "mpnet")
+# the encoder families csekit trains and evaluates (model_type: what the README's table calls it). Each is covered by
+# tests/test_backbones.py: padded and packed forward passes equal on a tiny random config. Anything else is refused
+# before any work: decoder-only and encoder-decoder models have no bidirectional sentence encoder to pool, and an
+# untested encoder is not guessed to work.
+SUPPORTED_BACKBONES = {
+    "bert": "BERT, MiniLM (all-MiniLM-L6-v2), SimCSE/sentence-transformers BERT models",
+    "roberta": "RoBERTa", "xlm-roberta": "XLM-RoBERTa", "camembert": "CamemBERT", "distilbert": "DistilBERT",
+    "electra": "ELECTRA", "albert": "ALBERT", "mpnet": "MPNet (all-mpnet-base-v2)", "deberta-v2": "DeBERTa-v2/v3",
+    "modernbert": "ModernBERT",
+}
+PROBE_SENTENCE = "A man is playing a guitar on the street."
+# files that hold a tokenizer's vocabulary (without one, transformers builds a tokenizer of special tokens only)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model", "spm.model")
 CHECKPOINT_PREFIX = "checkpoint-"
 CHECKPOINT_RECORD = "trainer_state.json"  # the Trainer's and CLSR's checkpoints both end with it
 
@@ -51,18 +68,42 @@ def read_model_config(folder) -> dict:
     if model_type not in CONFIG_MAPPING_NAMES and not model_type.startswith("csekit-"):
         raise DataError(f"{path}: model_type {model_type!r} needs the folder's own code (trust_remote_code), which "
                         "csekit never runs; use a model that transformers implements")
+    check_backbone(path, config)
     return config
 
+
+def check_backbone(path, config: dict) -> None:
+    """Raise :class:`DataError` unless the backbone (a csekit config's ``encoder_config``) is a family of
+    :data:`SUPPORTED_BACKBONES`; decoder-only and encoder-decoder models are named as such."""
+    backbone = backbone_config(config)
+    model_type = backbone.get("model_type") if isinstance(backbone, dict) else None
+    if model_type in SUPPORTED_BACKBONES or str(model_type).startswith("csekit-"):
+        return
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = ("an encoder-decoder model" if backbone.get("is_encoder_decoder") else
+            "a decoder-only (causal) model" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or backbone.get(
+                "is_decoder") else "a backbone family csekit has not been tested on")
+    raise DataError(f"{path}: model_type {model_type!r} is {kind}; csekit trains and evaluates the encoder families "
+                    f"{', '.join(SUPPORTED_BACKBONES)} (README: Backbones)")
 
 def load_tokenizer(name: str, folder):
     """The tokenizer saved in model ``folder`` (``name``: what the user typed), or a :class:`DataError`."""
     from transformers import AutoTokenizer
 
+    if not any(any(Path(folder).glob(pattern)) for pattern in TOKENIZER_FILES):
+        raise DataError(f"{name}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {folder}; save the tokenizer "
+                        "with the model (tokenizer.save_pretrained(folder))")
     try:
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as error:  # missing or unreadable tokenizer files
         raise DataError(f"{name}: cannot load its tokenizer ({str(error).splitlines()[0]}); save the tokenizer "
                         "with the model") from None
+    ids = tokenizer(PROBE_SENTENCE, add_special_tokens=False)["input_ids"]
+    if not ids or all(token == tokenizer.unk_token_id for token in ids):
+        raise DataError(f"{name}: its tokenizer turns the probe sentence {PROBE_SENTENCE!r} into unknown tokens only "
+                        f"({len(tokenizer)} tokens in its vocabulary); save the model's own tokenizer with it")
+    return tokenizer
 
 
 def backbone_config(config: dict) -> dict:
@@ -93,6 +134,24 @@ def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[
     if length + offset > positions:
         raise DataError(f"{name}: inputs of {length} tokens need {length + offset} position embeddings, the model has "
                         f"{positions}; pass {flag} {positions - offset} or less")
+
+
+# ------------------------------------------------------------------------------------------------ settings
+def check_finite(flag: str, value) -> None:
+    """Raise :class:`DataError` when ``value`` (a setting, or a list of them) holds a float that is NaN or
+    infinite: no learning rate, temperature or loss weight means anything then."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(item, float) and not math.isfinite(item):
+            raise DataError(f"{flag} {item}: must be a finite number")
+
+
+def check_finite_groups(groups) -> None:
+    """:func:`check_finite` on every field of the parsed argument dataclasses ``groups`` (``--name`` in the line)."""
+    import dataclasses
+
+    for group in groups:
+        for item in dataclasses.fields(group):
+            check_finite(f"--{item.name}", getattr(group, item.name, None))
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -146,6 +205,26 @@ def check_training_arguments(args) -> None:
         raise DataError(f"--gradient_accumulation_steps {accumulation}: must be 1 or more (1 = no accumulation)")
     if args.learning_rate < 0:
         raise DataError(f"--learning_rate {args.learning_rate:g}: must be 0 or more")
+    workers = getattr(args, "dataloader_num_workers", 0)
+    if workers < 0:
+        raise DataError(f"--dataloader_num_workers {workers}: must be 0 or more (0 = load in the main process)")
+    for strategy, flag in (("eval_strategy", "eval_steps"), ("save_strategy", "save_steps"),
+                           ("logging_strategy", "logging_steps")):
+        steps = getattr(args, flag, None)
+        if str(getattr(args, strategy, "steps")).split(".")[-1].lower() == "steps" and steps is not None and steps <= 0:
+            raise DataError(f"--{flag} {steps:g}: must be > 0 (a step count, or a fraction of the run below 1)")
+    check_report_to(getattr(args, "report_to", None))
+
+
+def check_report_to(report_to) -> None:
+    """``--report_to``: 'none', 'all', or integrations transformers knows (their packages are checked when used)."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    names = report_to if isinstance(report_to, (list, tuple)) else [report_to] if report_to else []
+    unknown = [name for name in names if name not in ("none", "all", *INTEGRATION_TO_CALLBACK)]
+    if unknown:
+        raise DataError(f"--report_to {', '.join(map(str, unknown))}: unknown; use none or one of "
+                        f"{', '.join(INTEGRATION_TO_CALLBACK)}")
 
 
 def weight_files(folder) -> list:
@@ -218,7 +297,8 @@ def find_checkpoint(output_dir, which: Optional[str]) -> Optional[str]:
 
 
 __all__ = [
-    "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "backbone_config", "check_model_inputs", "check_output_dir",
-    "check_output_file", "check_training_arguments", "check_writable", "checkpoint_problem", "find_checkpoint",
-    "load_tokenizer", "read_model_config",
+    "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "SUPPORTED_BACKBONES", "backbone_config",
+    "check_backbone", "check_finite", "check_finite_groups", "check_model_inputs", "check_output_dir",
+    "check_output_file", "check_report_to", "check_training_arguments", "check_writable", "checkpoint_problem",
+    "find_checkpoint", "load_tokenizer", "read_model_config",
 ]

@@ -1,5 +1,8 @@
 """Configuration shared by every csekit sentence encoder: the backbone config and how it is pooled."""
 
+import dataclasses
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
@@ -30,6 +33,15 @@ class SentenceEncoderConfig(PreTrainedConfig):
     pooler_type: str = "cls"
     pooling_layers: list[int] | None = None
     max_length: int | None = None
+
+    def validate_finite(self):
+        """Every float setting of every csekit config (temperature, loss weights, rates, momentum, ...) is a finite
+        number: a NaN compares False with every bound, so a range check alone would let it through."""
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name, None)
+            for number in value if isinstance(value, list) else (value,):
+                if isinstance(number, float) and not math.isfinite(number):
+                    raise ValueError(f"{item.name} must be a finite number, got {number}")
 
     def validate_pooling(self):
         resolve_pooling_layers(self.pooler_type, self.pooling_layers, self.encoder_config.num_hidden_layers)

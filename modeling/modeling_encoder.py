@@ -11,7 +11,14 @@ from transformers.utils import logging as transformers_logging
 
 from .configuration_encoder import SentenceEncoderConfig
 from .encoding import encode_sentences
-from .packing import PackedSequences, packing_unsupported, position_offset, use_packed_attention
+from .packing import (
+    PackedSequences,
+    PackingUnsupported,
+    packing_unsupported,
+    position_offset,
+    restore_attention,
+    use_packed_attention,
+)
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
 from .sentence_transformers_layout import write_sentence_transformers_layout
 
@@ -213,6 +220,42 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def use_packed_attention(self) -> None:
         """Let the encoder run packed batches; padded ones are encoded as before (``packing.py``)."""
         use_packed_attention(self)
+
+    @torch.no_grad()
+    def use_packed_attention_if_exact(self, token_ids: Sequence[Sequence[int]], tolerance: float = 1e-4
+                                      ) -> Optional[str]:
+        """Switch to packed batches only if they are exact for this backbone: ``token_ids`` (a few probe sentences)
+        are pooled padded with the backbone's own attention, then packed, in eval mode (no dropout); a packed
+        attention that raises :class:`~.packing.PackingUnsupported`, or pooled vectors that differ by more than
+        ``tolerance`` relative to their largest entry (float32 rounding is ~1e-6), leave the model as it was.
+        Returns why packing stays off, or ``None`` when the model now runs packed batches."""
+        was_training = self.training
+        self.eval()
+        device = next(self.parameters()).device
+        try:
+            longest = max(len(ids) for ids in token_ids)
+            padded = torch.zeros(len(token_ids), longest, dtype=torch.long, device=device)
+            mask = torch.zeros_like(padded)
+            for row, ids in enumerate(token_ids):
+                padded[row, : len(ids)] = torch.tensor(ids)
+                mask[row, : len(ids)] = 1
+            reference = self.pool_tokens(padded, mask)
+            previous = use_packed_attention(self)
+            row = torch.tensor([token for ids in token_ids for token in ids], device=device)[None]
+            lengths = torch.tensor([[len(ids)] for ids in token_ids], device=device)
+            try:
+                packed = self.pool_packed(row, lengths)
+            except PackingUnsupported as error:
+                restore_attention(previous)
+                return str(error)
+            difference = float((packed - reference).abs().max() / reference.abs().max().clamp(min=1e-12))
+            if not difference <= tolerance:
+                restore_attention(previous)
+                return (f"on probe sentences its packed output differs from the padded one by {difference:.1e} "
+                        f"(relative; exact is ~1e-6)")
+            return None
+        finally:
+            self.train(was_training)
 
     # ----------------------------------------------------------------------------------------------- inference API
     @property

@@ -24,6 +24,14 @@ random draws differs (draws for padding, in every layer of the padded path and i
 discarded), so the same seed gives the two paths different per-position masks, with the same distribution over the
 real tokens.
 
+What it implements, and nothing else. Within-sentence, bidirectional attention, with a backbone's local window
+(``sliding_window``, ModernBERT's local layers) applied inside each block: a query attends to the keys of its own
+sentence less than ``sliding_window`` positions away (flash-attention's convention, which the backbone's
+``sliding_window`` argument follows; its padded mask is the same band). Any other attention feature (causal
+masking, logit softcapping, an extra mask or bias) raises :class:`PackingUnsupported`, and the model's
+:meth:`packing_mismatch` probe, run before training, then turns packing off. No ``N x N`` mask is ever built: a
+packed row's mask builder returns ``None`` and each block's mask is ``(sentences, longest, longest)`` at most.
+
 Poolers. :meth:`PackedSequences.unpack` scatters the layers a pooler reads back into ``(sentences, longest, hidden)``
 with the matching attention mask, and the padded poolers of ``pooling.py`` run unchanged: one pooling code path.
 """
@@ -43,6 +51,10 @@ VARLEN_ATTENTIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_
 # packed sentences are attended in this many blocks of similar length (sorted by length, equal counts): a single
 # block would pad every sentence to the batch's longest, one block per sentence costs a call each
 ATTENTION_BLOCKS = 4
+
+
+class PackingUnsupported(RuntimeError):
+    """The backbone asked :func:`packed_attention` for an attention feature it does not implement."""
 
 
 @dataclass
@@ -121,6 +133,13 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
                                           scaling=scaling, **kwargs)
         cu_seq_lens = kwargs["cu_seq_lens_q"]
         packed = PackedSequences.from_lengths(cu_seq_lens[1:] - cu_seq_lens[:-1])
+    if getattr(module, "is_causal", False):
+        raise PackingUnsupported(f"{type(module).__name__} attends causally")
+    if kwargs.get("softcap") is not None:
+        raise PackingUnsupported(f"{type(module).__name__} softcaps its attention logits")
+    if attention_mask is not None:
+        raise PackingUnsupported(f"{type(module).__name__} passes an attention mask or bias of its own")
+    window = kwargs.get("sliding_window")
     heads, dim = query.shape[1], query.shape[-1]
     rows = sum(count * longest for _, count, longest, _ in packed.blocks)
 
@@ -133,17 +152,25 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     for first, count, longest, key_mask in packed.blocks:
         q, k, v = (states[first : first + count * longest].view(count, longest, heads, dim).transpose(1, 2)
                    for states in (query, key, value))
-        output = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :], dropout_p=dropout,
-                                                scale=scaling)
+        mask = key_mask[:, None, None, :]
+        if window is not None and longest > window:  # the local window, inside each sentence (longest x longest)
+            offsets = torch.arange(longest, device=key_mask.device)
+            mask = mask & ((offsets[:, None] - offsets[None, :]).abs() < window)[None, None]
+        output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
         outputs.append(output.transpose(1, 2).reshape(count * longest, heads, dim))
     return torch.cat(outputs)[packed.block_index][None], None  # rows of padding queries are dropped here
 
 
+def packed_mask(*args, attention_mask=None, **kwargs):
+    """The mask builder of :data:`PACKED_ATTENTION`: ``None`` for a packed row (no 2D mask: the boundaries and any
+    local window are applied per block by :func:`packed_attention`), SDPA's mask for a padded batch."""
+    return None if attention_mask is None else sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+
 def register_packed_attention() -> None:
-    """Make :data:`PACKED_ATTENTION` a name transformers resolves (idempotent). Its mask builder is SDPA's: with no
-    2D mask (a packed batch) it returns ``None``, with one (a padded batch) SDPA's mask."""
+    """Make :data:`PACKED_ATTENTION` a name transformers resolves (idempotent)."""
     AttentionInterface.register(PACKED_ATTENTION, packed_attention)
-    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+    AttentionMaskInterface.register(PACKED_ATTENTION, packed_mask)
 
 
 def position_offset(encoder: PreTrainedModel) -> int:
@@ -163,15 +190,25 @@ def packing_unsupported(encoder: PreTrainedModel) -> Optional[str]:
     return None
 
 
-def use_packed_attention(module: torch.nn.Module) -> None:
+def use_packed_attention(module: torch.nn.Module) -> list:
     """Route the attention of every transformers model inside ``module`` through :func:`packed_attention` (a
     varlen flash-attention choice is kept: it reads the same boundaries). The setting is not saved in
-    ``config.json``: a saved model loads with stock transformers and its default attention."""
+    ``config.json``: a saved model loads with stock transformers and its default attention. Returns what
+    :func:`restore_attention` needs to undo it."""
     register_packed_attention()
     # every config below the wrapper: the backbone's, and those of blocks copied out of it (CMLM-CSE's extractor
     # and fusioner hold copies of their own)
     configs = {id(sub.config): sub.config for sub in module.modules()
                if isinstance(getattr(sub, "config", None), PreTrainedConfig) and sub.config is not module.config}
-    for config in configs.values():
+    previous = {}
+    for key, config in configs.items():
+        previous[key] = (config, config._attn_implementation)
         if config._attn_implementation not in VARLEN_ATTENTIONS:
             config._attn_implementation = PACKED_ATTENTION
+    return list(previous.values())
+
+
+def restore_attention(previous: list) -> None:
+    """Undo :func:`use_packed_attention` (its return value): each config gets its attention implementation back."""
+    for config, implementation in previous:
+        config._attn_implementation = implementation

@@ -91,17 +91,16 @@ def test_recipe_collator_takes_the_mask_rate_from_the_model_config(tokenizer, ca
     model_args, data_args, _, _ = RECIPE.parse(["--mask_rate", "0.4"])
     model = tiny_model(tokenizer, mask_rate=model_args.mask_rate)
     collator = RECIPE.collator(tokenizer, model, data_args, AugmentationArguments())
-    assert collator.config is model.config and collator.masker.mlm_probability == 0.4
+    assert collator.config is model.config and collator.config.mask_rate == 0.4
     assert "mask_rate" not in {f.name for f in dataclasses.fields(CMLMCSECollator)}  # one source: the config
 
 
 def test_augmentations_touch_only_the_positive_view(tokenizer):
-    random.seed(0)
     words = "one two three four five six seven eight nine ten eleven twelve thirteen".split()
-    repeated = WordRepetition(0.32)([" ".join(words)], 1)[0].split()
+    repeated = WordRepetition(0.32)([" ".join(words)], 1, [random.Random(0)])[0].split()
     assert len(repeated) == len(words) + round(0.32 * len(words))
     assert [w for i, w in enumerate(repeated) if i == 0 or repeated[i - 1] != w] == words  # in-place duplicates
-    dropped = DropOneWord()([" ".join(words), "single"], 1)
+    dropped = DropOneWord()([" ".join(words), "single"], 1, [random.Random(0), random.Random(1)])
     assert len(dropped[0].split()) == len(words) - 1 and set(dropped[0].split()) < set(words)
     assert dropped[1] == "single"
     batch = batch_for(tokenizer, augment=contrastive_augmentation("word_repetition"))

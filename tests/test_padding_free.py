@@ -192,18 +192,18 @@ def test_backbone_without_the_attention_interface_trains_padded(tokenizer, caplo
     model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config().to_dict()))
     model.encoder._supports_attention_backend = False
     with caplog.at_level(logging.INFO):
-        assert enable_padding_free(model) is False
+        assert enable_padding_free(model, tokenizer, MAX_LENGTH) is False
     assert [r.getMessage() for r in caplog.records if "padding-free" in r.getMessage()] == [
         "padding-free training is off, batches are padded: BertModel does not select its attention through "
         "transformers' AttentionInterface"]
     assert model.encoder.config._attn_implementation == "sdpa"
 
 
-def test_saved_model_does_not_name_the_packed_attention(tmp_path):
+def test_saved_model_does_not_name_the_packed_attention(tmp_path, tokenizer):
     from transformers import AutoModel
 
     model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config().to_dict(), pooler_type="avg"))
-    assert enable_padding_free(model) is True
+    assert enable_padding_free(model, tokenizer, MAX_LENGTH) is True
     assert model.encoder.config._attn_implementation == "csekit_packed"
     model.save_pretrained(tmp_path)
     assert "csekit_packed" not in json.loads((tmp_path / "config.json").read_text()).__repr__()

@@ -4,7 +4,7 @@
   with ``--resume_from_checkpoint last``, begins at step 4 with the checkpoint's optimizer moments and scheduler
   position, runs only steps 5 and 6, and ends with the uninterrupted run's weights and logs. The backbone has
   dropout, so the random state must be restored too. CMLM-CSE: the auxiliary network and its optimizer state are in
-  the checkpoint (its masks are a fixed rule here: random masks differ in the first resumed batch, see the xfail);
+  the checkpoint (its masks are a fixed rule here; random masks and augmentations: the next test);
   WhitenedCSE: the running whitening statistics are.
 * As a user does it: ``python recipes/simcse.py`` killed with SIGKILL mid-run, then run again with
   ``--resume_from_checkpoint last``, ends with the uninterrupted run's STS-B dev scores and model, without writing
@@ -137,15 +137,25 @@ def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupte
 
 
 
-@pytest.mark.xfail(strict=True, reason="transformers 5.23 restores the random state after collating the first resumed "
-                   "batch, and CMLMCSECollator masks with that state: that batch's masks differ from the uninterrupted "
-                   "run's (SimCSE and WhitenedCSE draw only in the forward pass, after the restore)")
-def test_cmlm_cse_random_masks_after_resuming(tiny_backbone, corpus, tmp_path):
-    for name, options in (("full", {}), ("cut", {"crash_at": 5}), ("cut", {})):
-        extra = ("--resume_from_checkpoint", "last") if name == "cut" and not options else ()
-        train("cmlm_cse", tiny_backbone, corpus, tmp_path / name, *extra, random_masks=True, **options)
+@pytest.mark.parametrize("options", [[], ["--contrastive_augmentation", "word_repetition"],
+                                     ["--contrastive_augmentation", "drop_one_word"]],
+                         ids=["mlm-masks", "word-repetition", "drop-one-word"])
+def test_cmlm_cse_random_draws_after_resuming(options, tiny_backbone, corpus, tmp_path):
+    """Every stochastic option of CMLM-CSE as users run it (random MLM masks, the Table 3 augmentations): the
+    resumed run's first batch is the uninterrupted run's, although transformers collates it before it restores the
+    checkpoint's random state (the collator's draws derive from seed, epoch and example: randomness.py)."""
+    for name, extra in (("full", {}), ("cut", {"crash_at": 5}), ("cut", {})):
+        resume = ("--resume_from_checkpoint", "last") if name == "cut" and not extra else ()
+        train("cmlm_cse", tiny_backbone, corpus, tmp_path / name, *options, *resume, random_masks=True, **extra)
     full_steps, cut_steps = step_logs(tmp_path / "full"), step_logs(tmp_path / "cut")
-    assert cut_steps[5]["loss"] == pytest.approx(full_steps[5]["loss"], rel=1e-5)
+    for step in (5, 6):
+        for key in ("loss", "loss_mlm", "loss_contrastive", "grad_norm"):
+            assert cut_steps[step][key] == pytest.approx(full_steps[step][key], rel=1e-5), (step, key)
+    full_weights, cut_weights = load_weights(tmp_path / "full" / "checkpoint-6"), load_weights(tmp_path / "cut" /
+                                                                                                "checkpoint-6")
+    for name, tensor in full_weights.items():
+        torch.testing.assert_close(cut_weights[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
+
 
 def test_recipe_killed_mid_run_resumes_to_the_uninterrupted_result(tiny_backbone, corpus, tmp_path):
     def command(output_dir: Path, *extra) -> list:

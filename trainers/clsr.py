@@ -214,6 +214,9 @@ class CLSRTrainer:
                 rows = pairs[order[step * batch : (step + 1) * batch]].T.reshape(-1)  # all sent0, then all sent1
                 projected = projection(mlp(self.train_vectors[rows]))
                 loss = nt_xent_loss(projected[:batch], projected[batch:], temperature)
+                if not torch.isfinite(loss):  # before the update: the head never holds a NaN
+                    raise DataError(f"epoch {epoch + 1}, step {step + 1}: the loss is not finite ({float(loss):.4g}); "
+                                    "the run stopped before this update; lower --learning_rate or check the data")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

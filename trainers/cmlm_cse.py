@@ -19,12 +19,10 @@ Example::
 """
 
 import os
-import random
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
-from transformers import DataCollatorForLanguageModeling
 from transformers.trainer import TRAINING_ARGS_NAME
 
 from ..errors import DataError
@@ -45,11 +43,11 @@ class WordRepetition:
 
     rate: float = 0.32
 
-    def __call__(self, sentences: list, view_index: int) -> list:
+    def __call__(self, sentences: list, view_index: int, randoms: list) -> list:
         augmented = []
-        for sentence in sentences:
+        for sentence, rng in zip(sentences, randoms, strict=True):
             words = sentence.split()
-            repeated = set(random.sample(range(len(words)), max(1, round(self.rate * len(words))))) if words else ()
+            repeated = set(rng.sample(range(len(words)), max(1, round(self.rate * len(words))))) if words else ()
             augmented.append(" ".join(f"{word} {word}" if i in repeated else word for i, word in enumerate(words)))
         return augmented
 
@@ -58,12 +56,12 @@ class WordRepetition:
 class DropOneWord:
     """Delete one random word of each sentence (sentences of one word are kept as they are)."""
 
-    def __call__(self, sentences: list, view_index: int) -> list:
+    def __call__(self, sentences: list, view_index: int, randoms: list) -> list:
         augmented = []
-        for sentence in sentences:
+        for sentence, rng in zip(sentences, randoms, strict=True):
             words = sentence.split()
             if len(words) > 1:
-                del words[random.randrange(len(words))]
+                del words[rng.randrange(len(words))]
             augmented.append(" ".join(words))
         return augmented
 
@@ -91,15 +89,19 @@ class CMLMCSECollator(ContrastiveCollator):
 
     Returns the parent's ``(B, 2, T)`` tensors (view 0 untouched) plus ``mlm_input_ids`` and ``mlm_labels`` of shape
     ``(B, T)``; packed (``padding_free``), the parent's row plus view 0's sentences masked, as a ``(1, N0)`` row.
+
+    The rule is ``DataCollatorForLanguageModeling.torch_mask_tokens``' (selection with probability ``mask_rate``
+    among non-special tokens, then 80% ``[MASK]``, half of the rest a uniform random token of the vocabulary), drawn
+    over each sentence's real tokens from that sentence's own generator (``randomness.py``): the same sentence gets
+    the same masks padded or packed, in any batch, before or after a resume.
     """
 
     config: CMLMCSEConfig = field(kw_only=True)
-    masker: DataCollatorForLanguageModeling = field(init=False, repr=False)
 
     def __post_init__(self):
         if self.tokenizer.mask_token is None:
             raise DataError(f"{type(self.tokenizer).__name__} has no mask token: CMLM-CSE needs one")
-        self.masker = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.config.mask_rate)
+        self.special_ids = torch.tensor(sorted(set(self.tokenizer.all_special_ids)))
 
     def __call__(self, features: list) -> dict:
         batch = super().__call__(features)
@@ -107,10 +109,33 @@ class CMLMCSECollator(ContrastiveCollator):
             lengths = batch["sequence_lengths"]
             view = torch.arange(lengths.shape[1]).repeat(lengths.shape[0])
             originals = batch["input_ids"][:, torch.repeat_interleave(view, lengths.flatten()) == 0]
+            rows = list(originals[0].split(lengths[:, 0].tolist()))
         else:
             originals = batch["input_ids"][:, 0]
-        batch["mlm_input_ids"], batch["mlm_labels"] = self.masker.torch_mask_tokens(originals.clone())
+            rows = [tokens[mask.bool()] for tokens, mask in zip(originals, batch["attention_mask"][:, 0])]
+        generators = self.draws.torch_generators(features, "mlm")
+        masked = [self.mask_tokens(tokens, generator) for tokens, generator in zip(rows, generators)]
+        inputs, labels = originals.clone(), torch.full_like(originals, IGNORE_INDEX)
+        if self.padding_free:
+            inputs[0], labels[0] = torch.cat([m[0] for m in masked]), torch.cat([m[1] for m in masked])
+        else:
+            for row, (tokens, targets) in enumerate(masked):  # real tokens first (right padding) or last (left)
+                where = batch["attention_mask"][row, 0].bool()
+                inputs[row, where], labels[row, where] = tokens, targets
+        batch["mlm_input_ids"], batch["mlm_labels"] = inputs, labels
         return batch
+
+    def mask_tokens(self, tokens: torch.Tensor, generator: torch.Generator) -> tuple:
+        """``(inputs, labels)`` of one sentence's real tokens ``(L,)``: BERT's 80/10/10 rule with ``generator``."""
+        def coin(probability: float) -> torch.Tensor:
+            return torch.bernoulli(torch.full(tokens.shape, probability), generator=generator).bool()
+
+        selected = coin(self.config.mask_rate) & ~torch.isin(tokens, self.special_ids)
+        to_mask = coin(0.8) & selected
+        to_random = coin(0.5) & selected & ~to_mask
+        random_words = torch.randint(len(self.tokenizer), tokens.shape, generator=generator)
+        inputs = torch.where(to_mask, self.tokenizer.mask_token_id, torch.where(to_random, random_words, tokens))
+        return inputs, torch.where(selected, tokens, IGNORE_INDEX)
 
 
 class CMLMCSETrainer(SimCSETrainer):

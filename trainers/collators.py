@@ -1,24 +1,33 @@
 """Collators that turn text examples into tokenized contrastive views, padded or packed."""
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
 from .data import PAIR_COLUMNS
+from .randomness import ExampleDraws
 
 logger = logging.getLogger(__name__)
 
 
-def enable_padding_free(model) -> bool:
-    """Switch ``model`` to packed batches when its backbone can run them (``modeling/packing.py``); otherwise say
-    in one log line why batches stay padded. Returns whether batches are packed."""
+PROBE_SENTENCES = ("A man is playing a guitar.", "Two dogs run through the snow in a park.")
+
+
+def enable_padding_free(model, tokenizer, max_length: int) -> bool:
+    """Switch ``model`` to packed batches when its backbone can run them (``modeling/packing.py``) and they are
+    exact: before the first step, a probe compares packed and padded outputs of the actual backbone (in eval mode) on
+    two short sentences and one of ``max_length`` tokens (which meets a local attention window when there is one).
+    Otherwise one log line says why batches stay padded. Returns whether batches are packed."""
     reason = model.packing_unsupported()
+    if reason is None:
+        ids = tokenizer(list(PROBE_SENTENCES), truncation=True, max_length=max_length)["input_ids"]
+        long = tokenizer(" ".join(PROBE_SENTENCES * max_length), truncation=True, max_length=max_length)["input_ids"]
+        reason = model.use_packed_attention_if_exact([*ids, long])
     if reason is not None:
         logger.info("padding-free training is off, batches are padded: %s", reason)
         return False
-    model.use_packed_attention()
     return True
 
 
@@ -37,9 +46,12 @@ class ContrastiveCollator:
         tokenizer: a Hugging Face tokenizer.
         max_length: truncation length (SimCSE: 32).
         unsupervised_views: copies of ``sent0`` when there is no ``sent1`` (2 for SimCSE).
-        augment: optional ``(sentences, view_index) -> sentences`` applied to the views after the first (for
-            text-level augmentations such as word repetition).
+        augment: optional ``(sentences, view_index, randoms) -> sentences`` applied to the views after the first
+            (text-level augmentations such as word repetition); ``randoms`` holds one ``random.Random`` per
+            sentence, seeded by ``draws``.
         padding_free: emit packed batches (the model must run them: :func:`enable_padding_free`).
+        draws: the seeds of every random draw the collator makes (``randomness.py``): per example and epoch, so a
+            resumed run collates the uninterrupted run's batches.
     """
 
     tokenizer: object
@@ -47,6 +59,11 @@ class ContrastiveCollator:
     unsupervised_views: int = 2
     augment: Optional[Callable] = None
     padding_free: bool = False
+    draws: ExampleDraws = field(default_factory=ExampleDraws)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the trainer at every epoch start: the draws of the next batches are those of ``epoch``."""
+        self.draws.set_epoch(epoch)
 
     def view_texts(self, features: list) -> list:
         columns = [name for name in PAIR_COLUMNS if name in features[0]]
@@ -55,7 +72,8 @@ class ContrastiveCollator:
         else:
             views = [[f[name] for f in features] for name in columns]
         if self.augment is not None:
-            views = [views[0]] + [self.augment(texts, index) for index, texts in enumerate(views[1:], start=1)]
+            views = [views[0]] + [self.augment(texts, index, self.draws.python_randoms(features, f"augment-{index}"))
+                                  for index, texts in enumerate(views[1:], start=1)]
         return views
 
     def __call__(self, features: list) -> dict:

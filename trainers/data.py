@@ -20,6 +20,7 @@ from datasets import Dataset
 
 from ..data import read_lines, read_sentences, resolve_data_dir
 from ..errors import DataError
+from .randomness import EXAMPLE_INDEX
 
 PAIR_COLUMNS = ("sent0", "sent1", "hard_neg")
 HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(:[\w.-]+)?")
@@ -94,7 +95,8 @@ def read_hub_dataset(name: str) -> dict:
 
 def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_examples: int = 1,
                           max_examples: Optional[int] = None) -> Dataset:
-    """A ``datasets.Dataset`` with column ``sent0`` (and ``sent1``/``hard_neg`` for pairs) from ``--train_file``.
+    """A ``datasets.Dataset`` with column ``sent0`` (and ``sent1``/``hard_neg`` for pairs) from ``--train_file``, and
+    ``example_index``, the row number.
 
     ``min_examples`` is the global batch size: a corpus smaller than one batch cannot form a single contrastive step.
     ``max_examples`` (``--max_train_samples``) keeps the first examples in file order, before any shuffling, so the
@@ -124,7 +126,8 @@ def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_e
     count = len(columns["sent0"])
     if count < min_examples:
         raise DataError(f"{train_file}: {count} example(s), fewer than one batch of {min_examples}")
-    return Dataset.from_dict(columns)
+    # each row's number, from which its collator draws derive (randomness.py): a resumed run redraws them exactly
+    return Dataset.from_dict({**columns, EXAMPLE_INDEX: list(range(count))})
 
 
 __all__ = ["PAIR_COLUMNS", "load_training_dataset", "read_hub_dataset", "read_pairs"]

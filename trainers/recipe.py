@@ -42,13 +42,21 @@ from ..evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvalua
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from ..modeling import CLSRConfig, CLSRModel
 from ..options import positive_int
-from ..preflight import check_model_inputs, check_training_arguments, find_checkpoint, load_tokenizer, read_model_config
+from ..preflight import (
+    check_finite_groups,
+    check_model_inputs,
+    check_training_arguments,
+    find_checkpoint,
+    load_tokenizer,
+    read_model_config,
+)
 from .clsr import CLSRTrainer, CLSRTrainingArguments
 from .clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from .collators import ContrastiveCollator, enable_padding_free
 from .data import load_training_dataset
 from .embedding_cache import EmbeddingCache
 from .output_dir import RunFolder, is_csekit_output
+from .trainer import require_finite_weights
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +240,30 @@ def group_help(parser: argparse.ArgumentParser, dataclass_types: tuple, show_all
         groups[owners[name]]._group_actions.append(action)
 
 
+def yaml_value(parser: argparse.ArgumentParser, path: Path, key: str, value):
+    """A ``--config`` value as the flag's own parser would take it from the command line: its type and choices are
+    applied (argparse does not check defaults), so a list, a mapping or a word where a number goes is one line."""
+    action = next((item for item in parser._actions if item.dest == key), None)
+    if action is None or value is None:
+        return value
+    many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+    items = value if many and isinstance(value, list) else [value]
+    if (not many and isinstance(value, list)) or any(isinstance(item, (list, dict)) for item in items):
+        parser.error(f"--config {path}: {key}: expected {'values' if many else 'one value'}, got a "
+                     f"{type(value).__name__}")
+    converted = []
+    for item in items:
+        text = str(item).lower() if isinstance(item, bool) else str(item)
+        try:
+            converted.append(action.type(text) if action.type is not None else item)
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            parser.error(f"--config {path}: {key}: invalid value {item!r}")
+        if action.choices is not None and converted[-1] not in action.choices:
+            parser.error(f"--config {path}: {key}: invalid choice {item!r} (choose from "
+                         f"{', '.join(map(str, action.choices))})")
+    return converted if many else converted[0]
+
+
 def parse_recipe_args(
     dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
     description: Optional[str] = None, prog: Optional[str] = None,
@@ -276,7 +308,7 @@ def parse_recipe_args(
         unknown = sorted(set(values) - known)
         if unknown:
             parser.error(f"{path}: unknown key(s) {', '.join(unknown)}")
-        parser.set_defaults(**values)
+        parser.set_defaults(**{key: yaml_value(parser, path, key, value) for key, value in values.items()})
     # the outputs also hold the namespace of --config (declared only for --help) and the leftover strings
     try:
         *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
@@ -286,6 +318,7 @@ def parse_recipe_args(
         parser.error(str(error).strip().splitlines()[0])
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    check_finite_groups(outputs[: len(dataclass_types)])
     for group in outputs[: len(dataclass_types)]:
         for name in POSITIVE_FLAGS:
             if getattr(group, name, None) is not None:
@@ -345,7 +378,7 @@ class ContrastiveRecipe:
     def collator(self, tokenizer, model, data_args, extra_args):
         """The training collator; packed batches (and ``model`` switched to run them) when ``--padding_free`` is on
         and the backbone can (:func:`~csekit.trainers.collators.enable_padding_free`)."""
-        packed = data_args.padding_free and enable_padding_free(model)
+        packed = data_args.padding_free and enable_padding_free(model, tokenizer, data_args.max_seq_length)
         data_args = dataclasses.replace(data_args, padding_free=packed)
         if self.make_collator is not None:
             return self.make_collator(tokenizer, model, data_args, extra_args)
@@ -419,17 +452,25 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                                           data_args.max_train_samples)
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
+    if training_args.torch_compile and data_args.padding_free:
+        logger.info("padding-free training is off, batches are padded: --torch_compile would recompile the packed "
+                    "attention for every batch layout")
+        data_args = dataclasses.replace(data_args, padding_free=False)
+    collator = recipe.collator(tokenizer, model, data_args, extra_args)
+    if hasattr(collator, "draws"):  # its random draws derive from the run's seed (randomness.py)
+        collator.draws.seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
     trainer = recipe.trainer_class(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        data_collator=recipe.collator(tokenizer, model, data_args, extra_args),
+        data_collator=collator,
         processing_class=tokenizer,
         sts_evaluator=dev,
     )
     folder.acquire(lock=trainer.is_world_process_zero())
     try:
         trainer.train(resume_from_checkpoint=resume)
+        require_finite_weights(model, "the final model")
         with folder.keeping_trained_model(trainer.is_world_process_zero()):
             # the final model, its arguments and test scores are built in the run's staging folder, then appear
             # together in output_dir
@@ -579,6 +620,7 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
                     if test else None)
     if not state.is_main_process:
         return
+    require_finite_weights(model, "the final model")
     with folder.keeping_trained_model():
         model.save_pretrained(folder.staging)  # model, arguments and scores appear in output_dir together
         model.tokenizer.save_pretrained(folder.staging)

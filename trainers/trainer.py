@@ -1,6 +1,7 @@
 """Trainer extensions: combined contrastive losses with per-component logging, STS-based model selection, and
 checkpoints that appear only when complete."""
 
+import math
 import os
 import shutil
 from collections import defaultdict
@@ -9,7 +10,7 @@ from typing import Optional
 
 import torch
 from huggingface_hub import HfApi
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
@@ -19,6 +20,27 @@ from ..evaluation.sts import STSEvaluator
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX
 
 TRAINER_STATE = "trainer_state.json"
+
+
+def require_finite_weights(model: torch.nn.Module, what: str) -> None:
+    """Raise :class:`DataError` before ``what`` (a checkpoint, the final model) is written from weights that are
+    NaN or infinite: nothing non-finite is ever saved, whatever produced it."""
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise DataError(f"{what}: not written, {len(bad)} tensor(s) hold NaN or infinite values ({', '.join(bad[:3])}"
+                        f"{' ...' if len(bad) > 3 else ''}); lower --learning_rate or check the data")
+
+
+class CollatorEpoch(TrainerCallback):
+    """Tells a collator with random draws (``randomness.py``) the epoch whose batches it is about to collate. The
+    Trainer creates the epoch's dataloader iterator (and its worker processes) after ``on_epoch_begin``."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.collator.set_epoch(math.floor(state.epoch + 1e-6))  # a resumed run starts inside an epoch
 
 
 class NumericProgressCallback(ProgressCallback):
@@ -75,11 +97,18 @@ class ContrastiveTrainer(Trainer):
         super().__init__(model, args, *rest, **kwargs)
         if self.pop_callback(ProgressCallback) is not None:
             self.add_callback(NumericProgressCallback)
+        if hasattr(self.data_collator, "set_epoch"):
+            if self.args.dataloader_persistent_workers and self.args.dataloader_num_workers > 0:
+                raise DataError("--dataloader_persistent_workers: workers kept across epochs would collate every "
+                                "epoch with the first epoch's random draws; leave it off")
+            self.add_callback(CollatorEpoch(self.data_collator))
         self.sts_evaluator = sts_evaluator
         self.eval_batch_size = eval_batch_size
         self._component_sums = defaultdict(float)
         self._component_count = 0
         self._checkpoint_run_dir = None
+        self._losses_finite = None  # every micro-batch loss of the current update finite (a device tensor)
+        self._update_losses = []  # the loss components of the update's micro-batches, for the message
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         raise NotImplementedError
@@ -92,7 +121,32 @@ class ContrastiveTrainer(Trainer):
                 if name != "loss":
                     self._component_sums[name] += value.detach().float()
             self._component_count += 1
+            finite = torch.isfinite(losses["loss"].detach())  # read once per update, in _get_grad_norm
+            self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
+            self._update_losses.append({name: value.detach() for name, value in losses.items()})
         return (losses["loss"], outputs) if return_outputs else losses["loss"]
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The Trainer's gradient norm, read before every optimizer step, and the one place a non-finite loss or
+        gradient stops the run: before the update, so no weight ever becomes NaN. One host read per update. Under
+        fp16 the gradient scaler skips steps with overflowing gradients itself (that is its job), so only the loss
+        is checked there."""
+        grad_norm = super()._get_grad_norm(model, grad_norm)
+        finite = self._losses_finite if self._losses_finite is not None else torch.ones((), dtype=torch.bool)
+        scaled = self.accelerator.scaler is not None
+        if grad_norm is not None and not scaled:
+            finite = finite.to(torch.as_tensor(grad_norm).device) & torch.isfinite(torch.as_tensor(grad_norm))
+        if not bool(finite):
+            bad = next((item for item in self._update_losses if not torch.isfinite(item["loss"])),
+                       self._update_losses[-1] if self._update_losses else {})
+            losses = ", ".join(f"{'loss' if name == 'loss' else 'loss_' + name} {float(value):.4g}"
+                               for name, value in bad.items())
+            raise DataError(f"step {self.state.global_step + 1}: the loss or its gradient is not finite ({losses}, "
+                            f"gradient norm {float(grad_norm) if grad_norm is not None else 'not computed'}); the run "
+                            "stopped before this update (checkpoints and --output_dir keep only finite weights); "
+                            "lower --learning_rate or check the data")
+        self._losses_finite, self._update_losses = None, []
+        return grad_norm
 
     def log(self, logs: dict, start_time: Optional[float] = None) -> None:
         if "loss" in logs and self._component_count:
@@ -136,6 +190,7 @@ class ContrastiveTrainer(Trainer):
         ``output_dir``: a kill inside the save leaves the complete checkpoints as they were plus a hidden folder the
         next run removes. Rotation (``save_total_limit``) runs after the rename, so it never removes the newest
         complete checkpoint, nor the best one."""
+        require_finite_weights(model, f"checkpoint-{self.state.global_step}")
         run_dir = Path(super()._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         partial = run_dir / f"{PARTIAL_CHECKPOINT_PREFIX}{self.state.global_step}"
