@@ -7,9 +7,14 @@ every command and recipe runs in; any other exception is a bug and keeps its tra
 full traceback of every error, bad input included.
 """
 
+import errno
 import os
+import re
 import sys
-from typing import Callable
+from typing import Callable, Optional
+
+# the OS errors of a disk that takes no more: full, over quota, read-only, failing
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
 class DataError(ValueError):
@@ -25,6 +30,18 @@ class OneLineUsageErrors:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def storage_error(error: BaseException) -> Optional[str]:
+    """What ``error`` says when the disk refused a write (full, over quota, read-only, an I/O error), else ``None``.
+    Covers the OS's own errors and safetensors' (which reports the OS error inside its own exception type)."""
+    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+        return os.strerror(error.errno).lower()
+    if type(error).__name__ == "SafetensorError":
+        match = re.search(r"os error (\d+)", str(error))
+        if match and int(match.group(1)) in STORAGE_ERRNOS:
+            return os.strerror(int(match.group(1))).lower()
+    return None
+
+
 def report_errors(call: Callable[[], int]) -> int:
     """``call()``'s exit status; bad input (a :class:`DataError`, or a model config's validator refusing a value)
     becomes ``csekit: error: MESSAGE`` on stderr and status 2. With ``CSEKIT_DEBUG=1`` every error propagates."""
@@ -38,8 +55,13 @@ def report_errors(call: Callable[[], int]) -> int:
         message = str(error)
     except StrictDataclassError as error:  # a @strict config's validator, e.g. an unknown pooler_type
         message = f"invalid model configuration: {error.__cause__ or error}"
+    except Exception as error:  # a full disk where no call site said more (those that write models do)
+        reason = storage_error(error)
+        if reason is None:
+            raise
+        message = f"{reason} ({getattr(error, 'filename', None) or error}); free some space and run again"
     print(f"csekit: error: {' '.join(message.split())}", file=sys.stderr)
     return 2
 
 
-__all__ = ["DataError", "OneLineUsageErrors", "report_errors"]
+__all__ = ["DataError", "OneLineUsageErrors", "STORAGE_ERRNOS", "report_errors", "storage_error"]

@@ -45,6 +45,7 @@ PROBE_SENTENCE = "A man is playing a guitar on the street."
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model", "spm.model")
 CHECKPOINT_PREFIX = "checkpoint-"
 CHECKPOINT_RECORD = "trainer_state.json"  # the Trainer's and CLSR's checkpoints both end with it
+RUN_RECORD = "csekit_run.json"  # in every csekit checkpoint: the setup a resume must match (check_resume)
 
 
 # ------------------------------------------------------------------------------------------------ the model
@@ -296,9 +297,35 @@ def find_checkpoint(output_dir, which: Optional[str]) -> Optional[str]:
                     "--resume_from_checkpoint")
 
 
+def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
+    """Raise :class:`DataError` when ``checkpoint`` is not a csekit checkpoint (no :data:`RUN_RECORD`) or was made
+    with another setup than ``expected`` (method, per-process batch, processes, accumulation: a resume under another
+    one is not the uninterrupted run), unless ``accept_changes`` (``--resume_accept_changes``). Returns the accepted
+    differences, which the run then records."""
+    path = Path(checkpoint) / RUN_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"--resume_from_checkpoint {checkpoint}: not a csekit checkpoint (no {RUN_RECORD}); give a "
+                        "checkpoint-N folder that a csekit run of this method wrote, or start without it") from None
+    except (OSError, ValueError) as error:
+        raise DataError(f"--resume_from_checkpoint {checkpoint}: unreadable {RUN_RECORD} ({type(error).__name__}); "
+                        "give another checkpoint") from None
+    record = record if isinstance(record, dict) else {}
+    differences = [f"{key} {record.get(key)} -> {value}" for key, value in expected.items() if record.get(key) != value]
+    if differences and not accept_changes:
+        raise DataError(f"--resume_from_checkpoint {checkpoint}: the checkpoint was made with another setup "
+                        f"({'; '.join(differences)}); resume with its settings, or pass --resume_accept_changes true "
+                        "to continue anyway (the run records it)")
+    if differences:
+        logger.warning("resuming %s with another setup (%s): the result is not the uninterrupted run's", checkpoint,
+                       "; ".join(differences))
+    return differences
+
+
 __all__ = [
-    "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "SUPPORTED_BACKBONES", "backbone_config",
-    "check_backbone", "check_finite", "check_finite_groups", "check_model_inputs", "check_output_dir",
-    "check_output_file", "check_report_to", "check_training_arguments", "check_writable", "checkpoint_problem",
-    "find_checkpoint", "load_tokenizer", "read_model_config",
+    "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "RUN_RECORD", "SUPPORTED_BACKBONES",
+    "backbone_config", "check_backbone", "check_finite", "check_finite_groups", "check_model_inputs",
+    "check_output_dir", "check_output_file", "check_report_to", "check_resume", "check_training_arguments",
+    "check_writable", "checkpoint_problem", "find_checkpoint", "load_tokenizer", "read_model_config",
 ]

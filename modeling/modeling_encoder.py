@@ -5,7 +5,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput
 from transformers.utils import logging as transformers_logging
 
@@ -78,6 +78,15 @@ def build_encoder(encoder_config, name_or_path: Optional[str] = None) -> PreTrai
     return model
 
 
+def load_csekit_model(name_or_path: str) -> Optional["SentenceEncoderPreTrainedModel"]:
+    """The csekit model saved in ``name_or_path`` (float32), or ``None`` when the folder holds a plain backbone. A
+    published csekit model is then fine-tuned further from its encoder (and head, see ``take_head_of``)."""
+    config = AutoConfig.from_pretrained(name_or_path)
+    if not isinstance(config, SentenceEncoderConfig):
+        return None
+    return AutoModel.from_pretrained(name_or_path, dtype=torch.float32)
+
+
 class SentenceEncoderPreTrainedModel(PreTrainedModel):
     """Encoder + pooling shared by SimCSE, WhitenedCSE, CMLM-CSE and CLSR.
 
@@ -99,16 +108,39 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_encoder(cls, encoder_name_or_path: str, **config_kwargs) -> "SentenceEncoderPreTrainedModel":
-        """Start from a pretrained backbone folder (BERT, RoBERTa, a sentence-transformers folder, ...).
+        """Start from a pretrained backbone folder (BERT, RoBERTa, a sentence-transformers folder, ...), or from a
+        folder or Hub id saved by csekit (any method): then from its encoder, and its head where it matches.
 
         ``config_kwargs`` are the method's config fields (``pooler_type``, ``temperature``, ...); the head is
-        freshly initialised and the encoder weights are the pretrained ones.
+        freshly initialised (unless taken from a csekit model) and the encoder weights are the pretrained ones.
         """
-        encoder = build_encoder(None, encoder_name_or_path)
+        source = load_csekit_model(encoder_name_or_path)
+        encoder = source.encoder if source is not None else build_encoder(None, encoder_name_or_path)
         model = cls(cls.config_class(encoder_config=encoder.config.to_dict(), **config_kwargs))
         model.encoder = encoder
         model.config.name_or_path = encoder_name_or_path
+        if source is not None:
+            model.take_head_of(source, encoder_name_or_path)
         return model
+
+    def take_head_of(self, source: "SentenceEncoderPreTrainedModel", name: str) -> bool:
+        """Continue from ``source``'s head (a csekit model this one is fine-tuned from) when it matches this model's
+        head parameter for parameter (names and shapes; the auxiliary training networks aside); otherwise the head
+        stays fresh. Logged either way. Returns whether the head was taken."""
+        def head_weights(model):
+            return {key: value for key, value in model.state_dict().items()
+                    if not key.startswith(("encoder.", "auxiliary."))}
+
+        own, theirs = head_weights(self), head_weights(source)
+        if not own:
+            return False
+        if own.keys() == theirs.keys() and all(own[key].shape == theirs[key].shape for key in own):
+            self.load_state_dict(theirs, strict=False)
+            logger.info("%s: continuing from its encoder and its head (%s)", name, ", ".join(sorted(own)))
+            return True
+        logger.warning("%s: continuing from its encoder; its head (%s) does not match this method's (%s), which "
+                       "starts fresh", name, ", ".join(sorted(theirs)) or "none", ", ".join(sorted(own)))
+        return False
 
     def _init_weights(self, module):
         std = self.config.encoder_config.initializer_range

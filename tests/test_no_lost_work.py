@@ -204,9 +204,9 @@ def test_failed_end_of_run_keeps_the_previous_model_and_the_trained_weights(tiny
             patch.setattr("csekit.trainers.recipe.commit_files", fail_commit)
             assert cli.main(base + ["--seed", "8"]) == 2
             [line] = capsys.readouterr().err.strip().splitlines()[-1:]
-            assert line.startswith(f"csekit: error: --output_dir {out}: the final model could not be written (No "
-                                   f"space left on device); the previous model in {out} is unchanged; this run's "
-                                   f"trained weights are in {out}/.csekit-staging-")
+            assert line.startswith(f"csekit: error: no space left on device while writing the final model to {out}; "
+                                   f"the previous model in {out} is unchanged; this run's trained weights are in "
+                                   f"{out}/.csekit-staging-")
         else:
             patch.setattr("csekit.evaluation.sts.STSEvaluator.evaluate", fail_test_evaluation)
             with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError, match="a bug in the test"):
@@ -222,6 +222,46 @@ def test_failed_end_of_run_keeps_the_previous_model_and_the_trained_weights(tiny
     assert f"{staging} holds the model of an earlier run whose end failed; it is kept" in caplog.text
     assert all(torch.equal(tensor, load_weights(staging)[name])
                for name, tensor in trained.items())
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 12 MiB tmpfs mounted for the test (root only; skipped where mounting is not allowed): a real full disk."""
+    folder = tmp_path / "small-disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_full_disk_is_one_line_and_nothing_half_kept(tiny_backbone, corpus, small_disk, capsys):
+    """A real full disk (a 12 MiB tmpfs; the tiny model's weights take 4 MiB, a checkpoint with Adam's moments 12):
+    a checkpoint that does not fit is one line, leaves no partial checkpoint, and the model already in the folder
+    stays byte-identical; a final model that does not fit says the same and names no folder as holding weights
+    that it does not hold."""
+    out = small_disk / "out"
+    assert cli.main(flags(tiny_backbone, corpus, out, "--max_steps", "2", "--save_strategy", "no")) == 0
+    previous = files(out)
+    capsys.readouterr()
+    assert cli.main(flags(tiny_backbone, corpus, out, "--seed", "8", "--save_steps", "1")) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line == (f"csekit: error: no space left on device while writing {out}/checkpoint-1; the partial checkpoint "
+                    f"was removed and the previous model in {out} is unchanged; complete checkpoints: none")
+    assert files(out) == previous and not list(out.glob("*checkpoint*")) and not list(out.glob(".csekit-staging*"))
+
+    filler = small_disk / "filler"
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    filler.write_bytes(b"\0" * max(free - 2 * 2**20, 0))  # 2 MiB left: less than the final model
+    assert cli.main(flags(tiny_backbone, corpus, out, "--seed", "9", "--max_steps", "2", "--save_strategy", "no")) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line == (f"csekit: error: no space left on device while writing the final model to {out}; the previous "
+                    f"model in {out} is unchanged; this run's trained weights are lost (no complete checkpoint was "
+                    "saved)")
+    assert files(out) == previous and not list(out.glob(".csekit-staging*"))
 
 
 # ------------------------------------------------------------------------------------------------ publishing

@@ -32,7 +32,7 @@ from transformers import get_cosine_schedule_with_warmup
 from ..errors import DataError
 from ..evaluation.sts import CachedSTSEvaluator
 from ..modeling.losses import nt_xent_loss
-from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, check_training_arguments, find_checkpoint
+from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, RUN_RECORD, check_training_arguments, find_checkpoint
 from .clsr_data import HeldOutSentences, PairCorpus, assert_disjoint_from_held_out, require_full_batch
 from .lars import LARS, lars_param_groups
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX
@@ -76,6 +76,14 @@ class CLSRTrainingArguments:
                                 "checkpoint folder; the result equals the uninterrupted run."}
     )
 
+    resume_accept_changes: bool = field(default=False, metadata={
+        "help": "Resume from a checkpoint made with another batch size (refused otherwise: the result is not the "
+                "uninterrupted run's); training_args.json records it."})
+
+    def run_record(self) -> dict:
+        """The setup a resume from this run's checkpoints must match (:func:`csekit.preflight.check_resume`)."""
+        return {"method": "csekit-clsr", "per_device_train_batch_size": self.per_device_train_batch_size}
+
     def __post_init__(self):
         check_training_arguments(self)
         if self.eval_epochs < 1 or self.warmup_epochs < 0 or self.save_epochs < 0:
@@ -86,7 +94,7 @@ STATE_FILE, RECORD_FILE = "state.safetensors", CHECKPOINT_RECORD  # no pickle: t
 
 
 def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, generator, best: dict, history: list,
-                    epoch_losses: list) -> None:
+                    epoch_losses: list, run_record: dict) -> None:
     """``output_dir/checkpoint-<epoch>``, built under a hidden name and renamed into place (visible only when
     complete); older checkpoints are removed after it."""
     from safetensors.torch import save_file
@@ -108,6 +116,7 @@ def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, gen
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     save_file({name: value.detach().cpu().contiguous() for name, value in tensors.items()}, str(staging / STATE_FILE))
+    write_json(staging / RUN_RECORD, run_record)
     write_json(staging / RECORD_FILE, record)
     final = move_into_place(staging, output_dir / f"{CHECKPOINT_PREFIX}{epoch}")
     for older in output_dir.glob(f"{CHECKPOINT_PREFIX}*"):
@@ -244,7 +253,7 @@ class CLSRTrainer:
                 logger.info("%s", record)
             if args.save_epochs and (epoch + 1) % args.save_epochs == 0 and not last and self.is_main_process:
                 save_checkpoint(args.output_dir, epoch + 1, trainable, optimizer, scheduler, generator, best, history,
-                                epoch_losses)
+                                epoch_losses, args.run_record())
         train_seconds = time.perf_counter() - start
         if writer is not None:
             writer.close()

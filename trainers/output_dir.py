@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..atomic import private_folder, process_alive
-from ..errors import DataError
+from ..errors import DataError, storage_error
 from ..loading import ARGUMENTS_FILE
 from ..preflight import check_output_dir, checkpoint_problem, find_checkpoint
 
@@ -176,18 +176,18 @@ class RunFolder:
         had_model = (self.folder / "config.json").is_file()
         try:
             yield
-        except OSError as error:
+        except Exception as error:
+            reason = storage_error(error) or (error.strerror if isinstance(error, OSError) else None)
             if not main:
+                raise
+            if reason is None:  # a bug, not the disk: its traceback follows; say where a whole model waits
+                if checkpoint_problem(self.staging, record="config.json") is None:
+                    logger.error("the run failed after its final save: the trained model is kept in %s", self.staging)
                 raise
             previous = (f"the previous model in {self.folder} is unchanged; " if had_model
                         and (self.folder / "config.json").is_file() else "")
-            raise DataError(f"--output_dir {self.folder}: the final model could not be written "
-                            f"({error.strerror or error}); {previous}this run's trained weights are "
-                            f"{self.trained_weights()}") from error
-        except BaseException:
-            if main and (self.staging / "config.json").is_file():
-                logger.error("the run failed after its final save: the trained model is kept in %s", self.staging)
-            raise
+            raise DataError(f"{reason} while writing the final model to {self.folder}; {previous}this run's "
+                            f"trained weights are {self.trained_weights()}") from error
 
 
 __all__ = ["LOCK", "PARTIAL_CHECKPOINT_PREFIX", "RunFolder", "RunLock", "STAGING_PREFIX", "is_csekit_output"]

@@ -45,6 +45,7 @@ from ..options import positive_int
 from ..preflight import (
     check_finite_groups,
     check_model_inputs,
+    check_resume,
     check_training_arguments,
     find_checkpoint,
     load_tokenizer,
@@ -185,6 +186,9 @@ class CSETrainingArguments(TrainingArguments):
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={
         "help": "Continue from 'last' (the newest complete checkpoint in --output_dir) or a checkpoint folder; the "
                 "result equals the uninterrupted run."})
+    resume_accept_changes: bool = field(default=False, metadata={
+        "help": "Resume from a checkpoint made with another per-device batch, number of processes or accumulation "
+                "(refused otherwise: the result is not the uninterrupted run's); training_args.json records it."})
     push_to_hub: bool = field(default=False, metadata={
         "help": "Publish the final model to --hub_model_id once, after the test evaluation, as `csekit push` does "
                 "(checkpoints are never pushed)."})
@@ -212,6 +216,7 @@ COMMON_TRAINING_FLAGS = (
     "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "seed", "bf16", "fp16",
     "gradient_checkpointing", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "load_best_model_at_end", "metric_for_best_model", "logging_steps", "report_to", "resume_from_checkpoint",
+    "resume_accept_changes",
     "push_to_hub", "hub_model_id", "dataloader_num_workers",
 )
 HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults)", "data": "data and evaluation",
@@ -331,8 +336,8 @@ def parse_recipe_args(
 
 def write_arguments(output_dir, **groups) -> None:
     """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
-    record = {name: (value.to_dict() if hasattr(value, "to_dict") else dataclasses.asdict(value))
-              for name, value in groups.items()}
+    record = {name: (value.to_dict() if hasattr(value, "to_dict") else value if isinstance(value, dict)
+                     else dataclasses.asdict(value)) for name, value in groups.items()}
     write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(record, indent=2, default=str) + "\n")
 
 
@@ -467,6 +472,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         processing_class=tokenizer,
         sts_evaluator=dev,
     )
+    accepted = check_resume(resume, trainer.run_record(), training_args.resume_accept_changes) if resume else []
     folder.acquire(lock=trainer.is_world_process_zero())
     try:
         trainer.train(resume_from_checkpoint=resume)
@@ -478,7 +484,8 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
             if not trainer.is_world_process_zero():
                 return {}
             arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
-                             **({"extra_args": extra_args} if extra_args else {}))
+                             **({"extra_args": extra_args} if extra_args else {}),
+                             **({"resume": {"checkpoint": resume, "accepted_changes": accepted}} if accepted else {}))
             results = record = table = None
             if test is not None:
                 scores = test.evaluate(lambda sentences: model.eval().encode(sentences, batch_size=128))
@@ -581,7 +588,8 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     if not state.is_main_process:  # every process trains the same head; one writes the logs
         training_args = dataclasses.replace(training_args, report_to="none")
     folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=state.is_main_process)
-    find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # checked now; resumed by train()
+    resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # resumed by train()
+    accepted = check_resume(resume, training_args.run_record(), training_args.resume_accept_changes) if resume else []
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
     test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
@@ -597,13 +605,13 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     folder.acquire(lock=state.is_main_process)
     try:
         run_clsr_training(folder, model, corpus, held_out, dev, test, state, model_args, backbone_args, data_args,
-                          training_args)
+                          training_args, {"checkpoint": resume, "accepted_changes": accepted} if accepted else None)
     finally:
         folder.release()
 
 
 def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, state, model_args, backbone_args,
-                      data_args, training_args) -> None:
+                      data_args, training_args, resume: Optional[dict] = None) -> None:
     """:func:`run_clsr_recipe` once everything is checked and the output folder is held."""
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
@@ -644,7 +652,7 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
             table = format_sts_table(rows, title="STS test (Spearman x100)",
                                      contaminated={clsr_row: corpus.contaminated})
         arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
-                         training_args=training_args)
+                         training_args=training_args, **({"resume": resume} if resume else {}))
         finish_run(folder.staging, training_args.output_dir, arguments, record, table)
 
 

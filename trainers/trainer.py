@@ -14,12 +14,20 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from ..atomic import move_into_place
-from ..errors import DataError
+from ..atomic import move_into_place, write_json
+from ..errors import DataError, storage_error
 from ..evaluation.sts import STSEvaluator
+from ..preflight import RUN_RECORD, checkpoint_problem
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX
 
 TRAINER_STATE = "trainer_state.json"
+
+
+def complete_checkpoints(folder: Path) -> str:
+    """The names of ``folder``'s complete checkpoints, for a message (``none`` when there are none)."""
+    names = sorted((path.name for path in Path(folder).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+                    if path.is_dir() and checkpoint_problem(path) is None), key=lambda n: int(n.rsplit("-", 1)[1]))
+    return ", ".join(names) or "none"
 
 
 def require_finite_weights(model: torch.nn.Module, what: str) -> None:
@@ -199,23 +207,42 @@ class ContrastiveTrainer(Trainer):
         self.accelerator.wait_for_everyone()
         self._checkpoint_run_dir = str(partial)
         try:
-            super()._save_checkpoint(model, trial)  # its rotation sees the one checkpoint of `partial`: a no-op
-        finally:
-            self._checkpoint_run_dir = None
-        self.accelerator.wait_for_everyone()  # every process wrote its random state
-        if self.args.should_save:  # (a multi-node run without a shared folder needs --save_on_each_node)
-            if self.state.best_global_step == self.state.global_step:  # the Trainer recorded the hidden path
-                self.state.best_model_checkpoint = str(run_dir / name)
-                self.state.save_to_json(str(partial / name / TRAINER_STATE))
-            for path in (partial / name).rglob("*"):  # sub-folders too: the sentence-transformers modules
-                if path.is_file():
-                    with open(path, "rb") as stream:
-                        os.fsync(stream.fileno())
-            move_into_place(partial / name, run_dir / name)
+            try:
+                super()._save_checkpoint(model, trial)  # its rotation sees the one checkpoint of `partial`: a no-op
+            finally:
+                self._checkpoint_run_dir = None
+            self.accelerator.wait_for_everyone()  # every process wrote its random state
+            if self.args.should_save:  # (a multi-node run without a shared folder needs --save_on_each_node)
+                write_json(partial / name / RUN_RECORD, self.run_record())
+                if self.state.best_global_step == self.state.global_step:  # the Trainer recorded the hidden path
+                    self.state.best_model_checkpoint = str(run_dir / name)
+                    self.state.save_to_json(str(partial / name / TRAINER_STATE))
+                for path in (partial / name).rglob("*"):  # sub-folders too: the sentence-transformers modules
+                    if path.is_file():
+                        with open(path, "rb") as stream:
+                            os.fsync(stream.fileno())
+                move_into_place(partial / name, run_dir / name)
+        except Exception as error:
+            reason = storage_error(error)
+            if reason is None:
+                raise
+            shutil.rmtree(partial, ignore_errors=True)
+            previous = (f"the previous model in {run_dir} is unchanged" if (run_dir / "config.json").is_file()
+                        else f"no model was written to {run_dir}")
+            raise DataError(f"{reason} while writing {run_dir / name}; the partial checkpoint was removed and "
+                            f"{previous}; complete checkpoints: {complete_checkpoints(run_dir)}") from error
+        if self.args.should_save:
             shutil.rmtree(partial, ignore_errors=True)
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
         self.accelerator.wait_for_everyone()
+
+    def run_record(self) -> dict:
+        """The setup a resume from this run's checkpoints must match (:func:`csekit.preflight.check_resume`)."""
+        return {"method": self.accelerator.unwrap_model(self.model).config.model_type,
+                "per_device_train_batch_size": self.args.per_device_train_batch_size,
+                "processes": self.args.world_size,
+                "gradient_accumulation_steps": self.args.gradient_accumulation_steps}
 
     def push_to_hub(
         self, commit_message: str = "End of training", private: Optional[bool] = None, token: Optional[str] = None
