@@ -12,10 +12,15 @@ nothing) plus at most a hidden ``.<name>.*.tmp`` sibling, never a truncated dest
 """
 
 import contextlib
+import ctypes
+import errno
 import fnmatch
+import glob
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -91,19 +96,61 @@ def remove_abandoned(parent, prefix: str) -> list:
     return removed
 
 
+def exchange(first, second) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); ``False`` where the system or the
+    file system cannot, and nothing changed."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        rename = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_cwd, rename_exchange = -100, 2
+    if rename(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    code = ctypes.get_errno()
+    raise OSError(code, os.strerror(code), str(second))
+
+
 def move_into_place(source, destination) -> Path:
-    """``os.replace(source, destination)``, also when ``destination`` is an existing folder: that one is first
-    renamed to a hidden sibling and deleted only once ``source`` took its place, so a process killed meanwhile
-    leaves the old folder, nothing (the old one is then ``.<name>.<pid>.old``), or the new one; never a mix."""
+    """``os.replace(source, destination)``, also when ``destination`` is an existing folder: the two are swapped in
+    one atomic step (:func:`exchange`) and the old one, now at ``source``, is deleted; a process killed at any point
+    leaves the old folder or the new one at ``destination``, never nothing or a mix. Where the system cannot swap,
+    the old folder is first renamed to the hidden ``.<name>.<pid>.old`` (which :func:`recover_abandoned` puts back
+    if the process dies before the new one arrives)."""
     destination = Path(destination)
     if not (destination.is_dir() and not destination.is_symlink()):
         os.replace(source, destination)
+        return destination
+    if exchange(source, destination):
+        shutil.rmtree(source)
         return destination
     aside = destination.with_name(f".{destination.name}.{os.getpid()}.old")
     os.replace(destination, aside)
     os.replace(source, destination)
     shutil.rmtree(aside)
     return destination
+
+
+def recover_abandoned(destination) -> list:
+    """Tidy what a process killed inside :func:`staged_folder` or :func:`move_into_place` left beside
+    ``destination``: its staging folders are removed, and an old folder set aside is put back when ``destination``
+    is missing (else removed). Those of running processes stay. Returns what was removed or restored."""
+    destination = Path(destination)
+    touched = []
+    for path in sorted(destination.parent.glob(f".{glob.escape(destination.name)}.*")):
+        match = re.fullmatch(rf"\.{re.escape(destination.name)}\.(\d+)(?:\.old|-.*\.tmp)", path.name)
+        if not match or not path.is_dir() or process_alive(int(match.group(1))):
+            continue
+        if path.name.endswith(".old") and not destination.exists():
+            os.replace(path, destination)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        touched.append(path)
+    return touched
 
 
 @contextlib.contextmanager
@@ -113,7 +160,9 @@ def staged_folder(destination, replace: bool = False) -> Iterator[Path]:
     nothing is left."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp"))
+    recover_abandoned(destination)
+    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.{os.getpid()}-",
+                                    suffix=".tmp"))
     try:
         yield staging
         if destination.exists() and not replace:
@@ -171,6 +220,7 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
 
 
 __all__ = [
-    "commit_files", "default_mode", "move_into_place", "private_folder", "process_alive", "remove_abandoned",
+    "commit_files", "default_mode", "exchange", "move_into_place", "private_folder", "process_alive",
+    "recover_abandoned", "remove_abandoned",
     "staged_folder", "write_bytes", "write_json", "write_text",
 ]

@@ -175,22 +175,61 @@ def check_writable(path, flag: str, folder=None) -> None:
                         "write to") from None
 
 
-def check_output_dir(path, flag: str) -> Path:
-    """``path`` as a folder the command will write into: not a file, not under one, writable."""
+def check_output_dir(path, flag: str, inputs=()) -> Path:
+    """``path`` as a folder the command will write into: not a file, not under one, writable, not one of the
+    ``inputs`` (nor inside one, nor holding one)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise DataError(f"{flag} {path}: is a file, not a folder")
+    check_not_an_input(path, flag, inputs)
     check_writable(path, flag)
     return path
 
 
-def check_output_file(path, flag: str = "--output") -> Path:
-    """``path`` as a file to write at the end: not a folder, its folder writable."""
+def check_output_file(path, flag: str = "--output", inputs=()) -> Path:
+    """``path`` as a file to write at the end: not a folder, its folder writable, and not a file of one of the
+    ``inputs`` (model folders the command reads) other than the results and card csekit writes there."""
     path = Path(path)
     if path.is_dir():
         raise DataError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'results.json'}")
+    check_not_an_input(path, flag, inputs, writes_file=True)
     check_writable(path, flag, path.parent)
     return path
+
+
+def check_repo_id(repo_id: str) -> str:
+    """``repo_id`` as a Hub model repository id (``namespace/name``, huggingface_hub's own validation), checked
+    before anything is written or uploaded."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if not isinstance(repo_id, str) or repo_id.count("/") != 1:
+        raise DataError(f"repo id must look like 'namespace/name', got {repo_id!r}")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        reason = str(error).splitlines()[0]
+        raise DataError(f"repo id {repo_id!r} is not a valid Hub repository id ({reason})") from None
+    return repo_id
+
+
+def check_not_an_input(output, flag: str, inputs, writes_file: bool = False) -> None:
+    """Refuse an output that is (or would replace) what the command reads: a folder that is an input model folder,
+    lies inside one or holds one, or (``writes_file``) an existing file of one (its ``eval_results.json`` and
+    ``README.md`` are csekit's own outputs there)."""
+    target = Path(output).resolve()
+    for source in inputs:
+        if source is None or not Path(source).is_dir():
+            continue
+        folder = Path(source).resolve()
+        if writes_file:
+            clash = folder in target.parents and target.exists() and target.name not in ("eval_results.json",
+                                                                                         "README.md")
+        else:
+            clash = target == folder or folder in target.parents or target in folder.parents
+        if clash:
+            raise DataError(f"{flag} {output}: would overwrite the input {source} (the output is the input, lies in "
+                            "it or holds it); choose another path")
 
 
 # ------------------------------------------------------------------------------------------------ a training run
@@ -326,6 +365,7 @@ def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
 __all__ = [
     "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "RUN_RECORD", "SUPPORTED_BACKBONES",
     "backbone_config", "check_backbone", "check_finite", "check_finite_groups", "check_model_inputs",
-    "check_output_dir", "check_output_file", "check_report_to", "check_resume", "check_training_arguments",
-    "check_writable", "checkpoint_problem", "find_checkpoint", "load_tokenizer", "read_model_config",
+    "check_not_an_input", "check_output_dir", "check_output_file", "check_repo_id", "check_report_to", "check_resume",
+    "check_training_arguments", "check_writable", "checkpoint_problem", "find_checkpoint", "load_tokenizer",
+    "read_model_config",
 ]

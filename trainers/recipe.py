@@ -45,6 +45,7 @@ from ..options import positive_int
 from ..preflight import (
     check_finite_groups,
     check_model_inputs,
+    check_not_an_input,
     check_resume,
     check_training_arguments,
     find_checkpoint,
@@ -441,6 +442,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     if training_args.fp16 and training_args.device.type == "cpu":  # accelerate would silently train in float32
         raise DataError("--fp16 needs a GPU; on CPU use --bf16 true (bfloat16 autocast)")
     training_args.push_to_hub = False  # the Trainer must not push checkpoints: we publish once, after the test scores
+    check_not_an_input(training_args.output_dir, "--output_dir", [model_args.model_name_or_path])
     folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=training_args.process_index == 0)
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     set_seed(training_args.seed)
@@ -587,6 +589,7 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     state = PartialState(cpu=not torch.accelerator.is_available())
     if not state.is_main_process:  # every process trains the same head; one writes the logs
         training_args = dataclasses.replace(training_args, report_to="none")
+    check_not_an_input(training_args.output_dir, "--output_dir", [model_args.model_name_or_path])
     folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=state.is_main_process)
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # resumed by train()
     accepted = check_resume(resume, training_args.run_record(), training_args.resume_accept_changes) if resume else []

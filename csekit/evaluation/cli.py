@@ -63,7 +63,7 @@ def run_evaluate(args) -> int:
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from "
                         f"{', '.join(SUITES)}")
     device = resolve_device(args.device)  # a bad --device fails before any data is read
-    output = check_output_file(args.output) if args.output else None  # a bad --output fails before any work
+    output = check_output_file(args.output, inputs=[args.model]) if args.output else None  # before any work
     mteb_tasks = load_mteb_tasks(args.mteb) if args.mteb else None  # an unknown task name fails before any work
     data_dir = resolve_data_dir(args.data_dir) if suites else None
     evaluator = (STSEvaluator(data_dir, STS_TASKS, split="test", aggregation=args.sts_aggregation)

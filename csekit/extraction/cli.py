@@ -123,7 +123,8 @@ def run_extract(args) -> int:
     from .extractor import Extractor, HiddenStateCache, load_reference
     from .grid import evaluation_units, run_grid
 
-    output = check_output_file(args.output) if args.output else None  # a bad --output fails before any work
+    models = [spec.split(":")[-1].split("+")[0] for spec in _list(args.models)]  # the folders of the specs
+    output = check_output_file(args.output, inputs=models) if args.output else None  # before any work
     resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)
     suites = _list(args.tasks)

@@ -34,8 +34,11 @@ def add_card_parser(subparsers) -> None:
 
 
 def run_card(args) -> int:
+    from ..preflight import check_repo_id
     from .model_card import write_model_card
 
+    if args.repo_id is not None:
+        check_repo_id(args.repo_id)  # before anything is written
     path = write_model_card(args.model_dir, args.repo_id, args.license, args.figure, args.data_dir, args.output)
     print(f"wrote {path}")
     return 0
@@ -64,8 +67,10 @@ def add_push_parser(subparsers) -> None:
 
 
 def run_push(args) -> int:
+    from ..preflight import check_repo_id
     from .hub import files_to_push, push_to_hub
 
+    check_repo_id(args.repo_id)  # before anything is written or uploaded
     if args.dry_run:
         print("\n".join(files_to_push(args.model_dir)))
         return 0

@@ -27,7 +27,7 @@ from ..atomic import private_folder, remove_abandoned, write_json, write_text
 from ..errors import DataError
 from ..loading import check_safetensors
 from ..modeling.sentence_transformers_layout import TOP_LEVEL_FILES as ST_TOP_LEVEL_FILES
-from ..preflight import weight_files
+from ..preflight import check_repo_id, weight_files
 from .figure import CURVE_FILE, FIGURE_FILE
 from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
 
@@ -164,8 +164,7 @@ def push_to_hub(
     Returns:
         ``(commit_info, files)``.
     """
-    if "/" not in repo_id or repo_id.count("/") > 1:
-        raise DataError(f"repo id must look like 'namespace/name', got {repo_id!r}")
+    check_repo_id(repo_id)
     if constants.is_offline_mode():
         raise DataError("HF_HUB_OFFLINE is set, so the Hub cannot be reached; unset it to push")
     if refresh_card:

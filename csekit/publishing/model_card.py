@@ -247,7 +247,7 @@ def write_model_card(
     """
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
-    output = check_output_file(output) if output else None  # before any encoding
+    output = check_output_file(output, inputs=[model]) if output else None  # before any encoding
     local = Path(model).is_dir()
     folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
     if not local:

@@ -131,7 +131,7 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
 
     if layout not in LAYOUTS:
         raise DataError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
-    out_dir = check_output_dir(out_dir, "OUT_DIR")
+    out_dir = check_output_dir(out_dir, "OUT_DIR", inputs=[model_dir, resolve_model_path(str(model_dir))])
     if out_dir.exists() and not overwrite:
         raise DataError(f"{out_dir} already exists (pass --overwrite to replace it)")
     model = load_csekit_model(model_dir)
