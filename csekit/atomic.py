@@ -42,6 +42,25 @@ def default_mode() -> int:
     return 0o666 & ~umask
 
 
+def apply_default_modes(folder) -> None:
+    """Give every file under ``folder`` the mode ``open()`` gives under the umask (0644 under 022) and every folder
+    (``folder`` included) the mode ``mkdir`` gives (0755): mkstemp, mkdtemp and safetensors' writer make them
+    owner-only."""
+    folder = Path(folder)
+    file_mode, folder_mode = default_mode(), default_mode() | (0o111 & ~current_umask())
+    os.chmod(folder, folder_mode)
+    for path in folder.rglob("*"):
+        if path.is_symlink():
+            continue
+        os.chmod(path, folder_mode if path.is_dir() else file_mode)
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,6 +186,7 @@ def staged_folder(destination, replace: bool = False) -> Iterator[Path]:
         yield staging
         if destination.exists() and not replace:
             raise FileExistsError(f"{destination} already exists")
+        apply_default_modes(staging)  # mkdtemp's folder is 0o700
         move_into_place(staging, destination)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -220,7 +240,7 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
 
 
 __all__ = [
-    "commit_files", "default_mode", "exchange", "move_into_place", "private_folder", "process_alive",
-    "recover_abandoned", "remove_abandoned",
-    "staged_folder", "write_bytes", "write_json", "write_text",
+    "apply_default_modes", "commit_files", "default_mode", "exchange", "move_into_place", "private_folder",
+    "process_alive", "recover_abandoned", "remove_abandoned", "staged_folder", "write_bytes", "write_json",
+    "write_text",
 ]

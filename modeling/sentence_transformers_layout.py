@@ -57,6 +57,14 @@ def sentence_transformers_layout_problem(model) -> Optional[str]:
     return None
 
 
+def _save_weights(tensors: dict, path: Path) -> None:
+    """safetensors' ``save_file`` with the mode ``open()`` gives under the umask (it writes owner-only files)."""
+    save_file(tensors, path, metadata={"format": "pt"})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def _write_json(path: Path, value) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value, indent=2) + "\n")
@@ -68,12 +76,11 @@ def _split_weights(folder: Path, prefix: str) -> None:
     weights = load_file(folder / "model.safetensors")
     encoder = {key: value for key, value in weights.items() if key.startswith(prefix + ".")}
     head = {key: value for key, value in weights.items() if not key.startswith(prefix + ".")}
-    metadata = {"format": "pt"}
     (folder / ENCODER_FOLDER).mkdir(exist_ok=True)
-    save_file(encoder, folder / ENCODER_FOLDER / "model.safetensors", metadata=metadata)
+    _save_weights(encoder, folder / ENCODER_FOLDER / "model.safetensors")
     weight_map = dict.fromkeys(encoder, f"{ENCODER_FOLDER}/model.safetensors")
     if head:
-        save_file(head, folder / HEAD_WEIGHTS, metadata=metadata)
+        _save_weights(head, folder / HEAD_WEIGHTS)
         weight_map.update(dict.fromkeys(head, HEAD_WEIGHTS))
     size = sum(value.numel() * value.element_size() for value in weights.values())
     _write_json(folder / INDEX_FILE, {"metadata": {"total_size": size}, "weight_map": dict(sorted(weight_map.items()))})
@@ -120,7 +127,7 @@ def write_sentence_transformers_layout(model, folder, tokenizer) -> bool:
         state = {"linear.weight": linear.weight.detach().to("cpu", torch.float32).contiguous()}
         if linear.bias is not None:
             state["linear.bias"] = linear.bias.detach().to("cpu", torch.float32).contiguous()
-        save_file(state, folder / path / "model.safetensors", metadata={"format": "pt"})
+        _save_weights(state, folder / path / "model.safetensors")
         modules.append({"idx": index, "name": str(index), "path": path,
                         "type": ST_MODULES["Dense"]})
     _write_json(folder / "modules.json", modules)

@@ -99,7 +99,7 @@ def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, gen
     complete); older checkpoints are removed after it."""
     from safetensors.torch import save_file
 
-    from ..atomic import move_into_place, write_json
+    from ..atomic import apply_default_modes, move_into_place, write_json
 
     tensors = {f"trainable.{name}": value for name, value in trainable.state_dict().items()}
     optimizer_state = optimizer.state_dict()
@@ -118,6 +118,7 @@ def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, gen
     save_file({name: value.detach().cpu().contiguous() for name, value in tensors.items()}, str(staging / STATE_FILE))
     write_json(staging / RUN_RECORD, run_record)
     write_json(staging / RECORD_FILE, record)
+    apply_default_modes(staging)
     final = move_into_place(staging, output_dir / f"{CHECKPOINT_PREFIX}{epoch}")
     for older in output_dir.glob(f"{CHECKPOINT_PREFIX}*"):
         if older != final:

@@ -125,6 +125,10 @@ class CMLMCSECollator(ContrastiveCollator):
         batch["mlm_input_ids"], batch["mlm_labels"] = inputs, labels
         return batch
 
+    @property
+    def draws_at_random(self) -> bool:
+        return True
+
     def mask_tokens(self, tokens: torch.Tensor, generator: torch.Generator) -> tuple:
         """``(inputs, labels)`` of one sentence's real tokens ``(L,)``: BERT's 80/10/10 rule with ``generator``."""
         def coin(probability: float) -> torch.Tensor:
@@ -144,6 +148,8 @@ class CMLMCSETrainer(SimCSETrainer):
     Checkpoints hold the whole training model (auxiliary network included, so ``resume_from_checkpoint`` restores
     fusioner, head and their optimizer state); the final :meth:`save_model` writes only the publishable encoder.
     """
+
+    data_columns = (("sent0",),)  # unsupervised sentences: two dropout views and the masked copy of one sentence
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config

@@ -61,6 +61,11 @@ class ContrastiveCollator:
     padding_free: bool = False
     draws: ExampleDraws = field(default_factory=ExampleDraws)
 
+    @property
+    def draws_at_random(self) -> bool:
+        """Whether collating makes random draws (an augmentation; CMLM-CSE's masks)."""
+        return self.augment is not None
+
     def set_epoch(self, epoch: int) -> None:
         """Called by the trainer at every epoch start: the draws of the next batches are those of ``epoch``."""
         self.draws.set_epoch(epoch)

@@ -46,6 +46,7 @@ from ..preflight import (
     check_finite_groups,
     check_model_inputs,
     check_not_an_input,
+    check_output_dir,
     check_resume,
     check_training_arguments,
     find_checkpoint,
@@ -55,7 +56,7 @@ from ..preflight import (
 from .clsr import CLSRTrainer, CLSRTrainingArguments
 from .clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from .collators import ContrastiveCollator, enable_padding_free
-from .data import load_training_dataset
+from .data import PAIR_COLUMNS, load_training_dataset
 from .embedding_cache import EmbeddingCache
 from .output_dir import RunFolder, is_csekit_output
 from .trainer import require_finite_weights
@@ -457,6 +458,12 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
     train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
                                           data_args.max_train_samples)
+    columns = tuple(name for name in PAIR_COLUMNS if name in train_dataset.column_names)
+    if columns not in recipe.trainer_class.data_columns:
+        accepted = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
+        method = recipe.config_class.model_type.removeprefix("csekit-")
+        raise DataError(f"{data_args.train_file}: columns {','.join(columns)}, but {method} trains on {accepted} "
+                        "(a .txt is one sentence a line)")
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
     if training_args.torch_compile and data_args.padding_free:
@@ -593,6 +600,7 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=state.is_main_process)
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # resumed by train()
     accepted = check_resume(resume, training_args.run_record(), training_args.resume_accept_changes) if resume else []
+    check_output_dir(EmbeddingCache(data_args.cache_dir).cache_dir, "--cache_dir")
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
     test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after

@@ -14,7 +14,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from ..atomic import move_into_place, write_json
+from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError, storage_error
 from ..evaluation.sts import STSEvaluator
 from ..preflight import RUN_RECORD, checkpoint_problem
@@ -75,6 +75,8 @@ class ContrastiveTrainer(Trainer):
 
     # our losses are per-batch means: let Trainer divide by the accumulation steps
     loss_is_scaled_for_ga = False
+    # the training data a method learns from, as its columns: sentences (unsupervised), pairs, pairs + hard negatives
+    data_columns = (("sent0",), ("sent0", "sent1"), ("sent0", "sent1", "hard_neg"))
 
     def __init__(
         self,
@@ -106,7 +108,8 @@ class ContrastiveTrainer(Trainer):
         if self.pop_callback(ProgressCallback) is not None:
             self.add_callback(NumericProgressCallback)
         if hasattr(self.data_collator, "set_epoch"):
-            if self.args.dataloader_persistent_workers and self.args.dataloader_num_workers > 0:
+            if (getattr(self.data_collator, "draws_at_random", False) and self.args.dataloader_persistent_workers
+                    and self.args.dataloader_num_workers > 0):
                 raise DataError("--dataloader_persistent_workers: workers kept across epochs would collate every "
                                 "epoch with the first epoch's random draws; leave it off")
             self.add_callback(CollatorEpoch(self.data_collator))
@@ -217,6 +220,7 @@ class ContrastiveTrainer(Trainer):
                 if self.state.best_global_step == self.state.global_step:  # the Trainer recorded the hidden path
                     self.state.best_model_checkpoint = str(run_dir / name)
                     self.state.save_to_json(str(partial / name / TRAINER_STATE))
+                apply_default_modes(partial / name)  # safetensors writes 0o600 files
                 for path in (partial / name).rglob("*"):  # sub-folders too: the sentence-transformers modules
                     if path.is_file():
                         with open(path, "rb") as stream:

@@ -25,6 +25,8 @@ class WhitenedCSETrainer(ContrastiveTrainer):
             has sentences (``group``/``shuffled_group``).
     """
 
+    data_columns = (("sent0",),)  # unsupervised: the views of one sentence are its positives (a hard negative is not)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         config = self.accelerator.unwrap_model(self.model).config

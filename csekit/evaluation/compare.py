@@ -30,8 +30,9 @@ def read_result(name: str) -> dict:
         record = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataError(f"{path}: not valid JSON ({type(error).__name__})") from None
-    if not isinstance(record, dict):
-        raise DataError(f"{path}: not a results record")
+    if not isinstance(record, dict) or not any(isinstance(record.get(part), dict) for part in COMPARED):
+        raise DataError(f"{path}: not a csekit results record (no {', '.join(COMPARED)} scores); give a model folder "
+                        "with eval_results.json or the JSON of `csekit evaluate --output`")
     return record
 
 

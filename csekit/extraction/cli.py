@@ -14,7 +14,7 @@ from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
 from ..evaluation.suites import SUITE_TITLES, SUITES, TRANSFER_PROTOCOLS, format_table
 from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
-from ..preflight import check_output_file
+from ..preflight import check_output_dir, check_output_file
 from .settings import AGGREGATIONS, LAYER_PRESETS, STEP_NAMES, STS_FIT_SETS, TEMPLATES
 
 
@@ -125,6 +125,8 @@ def run_extract(args) -> int:
 
     models = [spec.split(":")[-1].split("+")[0] for spec in _list(args.models)]  # the folders of the specs
     output = check_output_file(args.output, inputs=models) if args.output else None  # before any work
+    if args.cache_dir and not args.no_cache:
+        check_output_dir(args.cache_dir, "--cache-dir")
     resolve_device(args.device)  # a bad --device fails before any data is read
     data_dir = resolve_data_dir(args.data_dir)
     suites = _list(args.tasks)

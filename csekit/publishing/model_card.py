@@ -52,10 +52,15 @@ NO_SENTENCE_TRANSFORMERS = ("its inference is not a backbone followed by last-la
 
 
 def read_json(path: Path) -> dict:
+    """A JSON object (a csekit record) from ``path``; anything else is a :class:`DataError`."""
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: holds a JSON {type(value).__name__}, not the object csekit writes; train with a "
+                        "csekit recipe or run `csekit evaluate` again")
+    return value
 
 
 def load_eval_record(model_dir) -> dict:
@@ -67,7 +72,10 @@ def load_eval_record(model_dir) -> dict:
         raise DataError(f"{path}: no such file; train with a csekit recipe or run `csekit evaluate {model_dir} "
                         f"--output {path}` first")
     record = read_json(path)
-    missing = [task for task in (*STS_TASKS, "avg") if task not in record.get("sts", {})]
+    scores = record.get("sts")
+    if not isinstance(scores, dict) or not all(isinstance(value, (int, float)) for value in scores.values()):
+        raise DataError(f"{path}: 'sts' is not a mapping of task names to scores")
+    missing = [task for task in (*STS_TASKS, "avg") if task not in scores]
     if missing:
         raise DataError(f"{path}: 'sts' lacks {', '.join(missing)}")
     return record
