@@ -73,6 +73,11 @@ def read_model_config(folder) -> dict:
     return config
 
 
+def backbone_table() -> str:
+    """The supported backbone families, one ``model_type: name`` line each (``--help-all`` prints it)."""
+    return "\n".join(f"  {model_type:<12} {name}" for model_type, name in SUPPORTED_BACKBONES.items())
+
+
 def check_backbone(path, config: dict) -> None:
     """Raise :class:`DataError` unless the backbone (a csekit config's ``encoder_config``) is a family of
     :data:`SUPPORTED_BACKBONES`; decoder-only and encoder-decoder models are named as such."""
@@ -364,7 +369,7 @@ def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
 
 __all__ = [
     "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "RUN_RECORD", "SUPPORTED_BACKBONES",
-    "backbone_config", "check_backbone", "check_finite", "check_finite_groups", "check_model_inputs",
+    "backbone_config", "backbone_table", "check_backbone", "check_finite", "check_finite_groups", "check_model_inputs",
     "check_not_an_input", "check_output_dir", "check_output_file", "check_repo_id", "check_report_to", "check_resume",
     "check_training_arguments", "check_writable", "checkpoint_problem", "find_checkpoint", "load_tokenizer",
     "read_model_config",

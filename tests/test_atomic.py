@@ -116,15 +116,55 @@ def replace_folder(destination):
         make_folder(staging, NEW)
 
 
+def replace_folder_killed(destination, when):
+    """``replace_folder`` whose process dies just before or just after the atomic exchange of the two folders."""
+    import csekit.atomic as atomic
+
+    real = atomic.exchange
+
+    def exchange(first, second):
+        if when == "before the exchange":
+            os.kill(os.getpid(), signal.SIGKILL)
+        swapped = real(first, second)
+        if when == "after the exchange":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return swapped
+
+    atomic.exchange = exchange
+    replace_folder(destination)
+
+
+@pytest.mark.parametrize("when", ["before the exchange", "after the exchange", "never"])
+def test_staged_folder_killed_leaves_the_old_folder_or_the_new_one(tmp_path, when):
+    """Replacing a folder swaps old and new in one step (renameat2 RENAME_EXCHANGE): a kill anywhere leaves one of
+    them at the destination, never nothing; the next replacement removes what the dead process left beside it."""
+    destination = tmp_path / "export"
+    old = make_folder(destination, OLD)
+    new = {name: hashlib.sha256(data).hexdigest() for name, data in NEW.items()}
+    status = killed_at(NEVER, destination, replace_folder_killed, destination, when)
+    assert status == (0 if when == "never" else -signal.SIGKILL)
+    assert files(destination) == (old if when == "before the exchange" else new)
+    replace_folder(destination)  # tidies the dead process's staging folder (holding the old or the new files)
+    assert files(destination) == new and sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
 @pytest.mark.parametrize("nth", [1, 2, NEVER])
-def test_staged_folder_killed_leaves_the_old_folder_or_none(tmp_path, nth):
+def test_without_an_atomic_exchange_the_next_run_restores_the_old_folder(tmp_path, monkeypatch, nth):
+    """Where the file system cannot exchange, the old folder is renamed aside first: killed between the two renames
+    the destination is briefly missing, and the next replacement (or ``recover_abandoned``) puts the old one back."""
+    import csekit.atomic as atomic
+
+    monkeypatch.setattr(atomic, "exchange", lambda first, second: False)
     destination = tmp_path / "export"
     old = make_folder(destination, OLD)
     status = killed_at(nth, destination, replace_folder, destination)
     assert status == (0 if nth == NEVER else -signal.SIGKILL)
-    # 1: killed before the old folder is renamed aside; 2: before the new one is renamed in
     now = files(destination) if destination.exists() else None
-    assert now == {1: old, 2: None, NEVER: {name: hashlib.sha256(data).hexdigest() for name, data in NEW.items()}}[nth]
+    new = {name: hashlib.sha256(data).hexdigest() for name, data in NEW.items()}
+    assert now == {1: old, 2: None, NEVER: new}[nth]
+    atomic.recover_abandoned(destination)
+    assert files(destination) == {1: old, 2: old, NEVER: new}[nth]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
 def test_written_files_get_the_usual_permissions_not_mkstemps(tmp_path):

@@ -315,6 +315,24 @@ def test_push_uploads_no_local_path_and_model_files_have_the_folder_mode(tiny_ba
     assert (out / "training_args.json").read_text().count(str(tiny_backbone)) == 1  # the local record is untouched
 
 
+def test_every_file_csekit_writes_follows_the_umask(tiny_backbone, corpus, tmp_path):
+    """Checkpoints (the Trainer's files, the sentence-transformers modules safetensors writes owner-only), the final
+    model and an export: 0644 files and 0755 folders under umask 022, as ``open`` and ``mkdir`` give."""
+    out, export = tmp_path / "out", tmp_path / "export"
+    umask = os.umask(0o022)
+    try:
+        assert cli.main(flags(tiny_backbone, corpus, out, "--max_steps", "2")) == 0
+        assert cli.main(["export-st", str(out), str(export)]) == 0
+    finally:
+        os.umask(umask)
+    written = [path for folder in (out, export) for path in (folder, *folder.rglob("*"))
+               if not path.name.startswith(".")]
+    assert any(path.match("checkpoint-2/encoder/model.safetensors") for path in written)
+    modes = {str(path): path.stat().st_mode & 0o777 for path in written}
+    assert {mode for path, mode in modes.items() if Path(path).is_file()} == {0o644}, modes
+    assert {mode for path, mode in modes.items() if Path(path).is_dir()} == {0o755}, modes
+
+
 def test_debug_shows_the_traceback_of_bad_input(tmp_path, monkeypatch):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("")

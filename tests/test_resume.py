@@ -195,3 +195,33 @@ def test_recipe_killed_mid_run_resumes_to_the_uninterrupted_result(tiny_backbone
     full_model, resumed_model = load_weights(full), load_weights(killed)
     for name, tensor in full_model.items():
         torch.testing.assert_close(resumed_model[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_resume_with_another_setup_is_refused_unless_accepted_and_then_recorded(tiny_backbone, corpus, tmp_path,
+                                                                               capsys):
+    from csekit import cli
+
+    out = tmp_path / "out"
+    argv = ["train", "simcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(corpus), "--output_dir",
+            str(out), "--max_steps", "4", "--save_steps", "2", "--eval_strategy", "no", "--load_best_model_at_end",
+            "false", "--max_seq_length", "16", "--do_test_eval", "false", "--disable_tqdm", "true"]
+    assert cli.main([*argv, "--per_device_train_batch_size", "8", "--max_steps", "2"]) == 0
+    record = json.loads((out / "checkpoint-2" / "csekit_run.json").read_text())
+    assert record == {"method": "csekit-simcse", "per_device_train_batch_size": 8, "processes": 1,
+                      "gradient_accumulation_steps": 1}
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for change, difference in ((["--per_device_train_batch_size", "16"], "per_device_train_batch_size 8 -> 16"),
+                               (["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2"],
+                                "gradient_accumulation_steps 1 -> 2")):
+        assert cli.main([*argv, *change, "--resume_from_checkpoint", "last"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+        assert line == (f"csekit: error: --resume_from_checkpoint {out}/checkpoint-2: the checkpoint was made with "
+                        f"another setup ({difference}); resume with its settings, or pass --resume_accept_changes "
+                        "true to continue anyway (the run records it)")
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert cli.main([*argv, "--per_device_train_batch_size", "16", "--resume_from_checkpoint", "last",
+                     "--resume_accept_changes", "true"]) == 0
+    recorded = json.loads((out / "training_args.json").read_text())["resume"]
+    assert recorded == {"checkpoint": f"{out}/checkpoint-2",
+                        "accepted_changes": ["per_device_train_batch_size 8 -> 16"]}

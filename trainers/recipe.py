@@ -43,6 +43,7 @@ from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from ..modeling import CLSRConfig, CLSRModel
 from ..options import positive_int
 from ..preflight import (
+    backbone_table,
     check_finite_groups,
     check_model_inputs,
     check_not_an_input,
@@ -285,6 +286,9 @@ def parse_recipe_args(
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     show_all = "--help-all" in argv
     argv = ["--help" if item == "--help-all" else item for item in argv]
+    if show_all:
+        parser.epilog = ("backbones (config.json model_type; anything else, decoder-only and encoder-decoder models "
+                         f"included, is refused before any work):\n{backbone_table()}")
     group_help(parser, dataclass_types, show_all)
     parser.add_argument("--config", default=None, help="YAML file of arguments, or the name of one shipped with csekit "
                         f"({', '.join(shipped_configs())}); flags on the command line win.")
