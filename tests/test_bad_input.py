@@ -247,11 +247,113 @@ ROWS = [
     Row("csekit export-st tiny afile/st", "output folder under a file",
         E + "OUT_DIR afile/st: afile is a file, not a folder; choose another path"),
     Row("csekit export-st empty-config st", "empty `config.json`", E + EMPTY_CONFIG),
+    # finite or refused: every float setting, from the command line, a YAML file or a model folder's config.json
+    Row("csekit train simcse --learning_rate nan", "NaN learning rate",
+        E + "--learning_rate nan: must be a finite number"),
+    Row("csekit train simcse --temperature inf", "infinite method setting",
+        E + "--temperature inf: must be a finite number"),
+    Row("csekit train simcse --max_grad_norm inf", "infinite training setting",
+        E + "--max_grad_norm inf: must be a finite number"),
+    Row("csekit train simcse --config nan.yaml", "NaN in YAML (`.nan`)",
+        E + "--weight_decay nan: must be a finite number"),
+    Row("csekit train cmlm_cse --mlm_weight nan", "NaN loss weight", E + "--mlm_weight nan: must be a finite number"),
+    Row("csekit train clsr --lars_momentum nan", "NaN momentum", E + "--lars_momentum nan: must be a finite number"),
+    Row("csekit evaluate nan-config", "NaN in a csekit `config.json`",
+        E + "invalid model configuration: temperature must be a finite number, got nan"),
+    Row("csekit train simcse --config list-number.yaml", "YAML list where a number goes",
+        "csekit train simcse: error: --config list-number.yaml: learning_rate: expected one value, got a list (see "
+        "csekit train simcse --help)"),
+    Row("csekit train simcse --config map-number.yaml", "YAML mapping where a number goes",
+        "csekit train simcse: error: --config map-number.yaml: max_steps: expected one value, got a dict (see "
+        "csekit train simcse --help)"),
+    Row("csekit train simcse --config word-number.yaml", "YAML word where a number goes",
+        "csekit train simcse: error: --config word-number.yaml: max_steps: invalid value 'ten' (see csekit train "
+        "simcse --help)"),
+    # a tokenizer that fits the model
+    Row("csekit train simcse --model_name_or_path no-tokenizer", "model folder without tokenizer files",
+        E + "no-tokenizer: no tokenizer files (tokenizer.json, vocab.txt, vocab.json, *.model, spm.model) in "
+        "no-tokenizer; save the tokenizer with the model (tokenizer.save_pretrained(folder))"),
+    Row("csekit evaluate no-tokenizer", "model folder without tokenizer files",
+        E + "no-tokenizer: no tokenizer files …"),
+    Row("csekit extract --models no-tokenizer", "model folder without tokenizer files",
+        E + "no-tokenizer: no tokenizer files …"),
+    Row("csekit card no-tokenizer", "model folder without tokenizer files", E + "no-tokenizer: no tokenizer files …"),
+    Row("csekit train simcse --model_name_or_path unk-tokenizer", "tokenizer that knows no word of the probe",
+        E + "unk-tokenizer: its tokenizer turns the probe sentence 'A man is playing a guitar on the street.' into "
+        "unknown tokens only (… tokens in its vocabulary); save the model's own tokenizer with it"),
+    Row("csekit evaluate unk-tokenizer", "tokenizer that knows no word of the probe",
+        E + "unk-tokenizer: its tokenizer turns the probe sentence … into unknown tokens only …"),
+    # backbones: supported or refused
+    Row("csekit train simcse --model_name_or_path gpt2", "decoder-only backbone",
+        E + "gpt2/config.json: model_type 'gpt2' is a decoder-only (causal) model; csekit trains and evaluates the "
+        "encoder families bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, deberta-v2, "
+        "modernbert (README: Backbones)"),
+    Row("csekit evaluate gpt2", "decoder-only backbone", E + "gpt2/config.json: model_type 'gpt2' is a decoder-only …"),
+    Row("csekit extract --models t5", "encoder-decoder backbone",
+        E + "t5/config.json: model_type 't5' is an encoder-decoder model; csekit trains and evaluates …"),
+    Row("csekit train clsr --model_name_or_path t5", "encoder-decoder backbone",
+        E + "t5/config.json: model_type 't5' is an encoder-decoder model; …"),
+    # resume: the uninterrupted run's setup, a csekit checkpoint
+    Row("csekit train simcse --output_dir resumable --resume_from_checkpoint resumable/checkpoint-2",
+        "checkpoint of another batch size", E + "--resume_from_checkpoint resumable/checkpoint-2: the checkpoint was "
+        "made with another setup (per_device_train_batch_size 16 -> 64); resume with its settings, or pass "
+        "--resume_accept_changes true to continue anyway (the run records it)"),
+    Row("csekit train whitenedcse --output_dir resumable --resume_from_checkpoint resumable/checkpoint-2",
+        "checkpoint of another method", E + "--resume_from_checkpoint resumable/checkpoint-2: the checkpoint was made "
+        "with another setup (method csekit-simcse -> csekit-whitenedcse; per_device_train_batch_size 16 -> 64); …"),
+    Row("csekit train simcse --resume_from_checkpoint foreign/checkpoint-2", "checkpoint csekit did not write",
+        E + "--resume_from_checkpoint foreign/checkpoint-2: not a csekit checkpoint (no csekit_run.json); give a "
+        "checkpoint-N folder that a csekit run of this method wrote, or start without it"),
+    # training arguments that would fail later, or silently
+    Row("csekit train simcse --save_steps 0", "no step between checkpoints",
+        E + "--save_steps 0: must be > 0 (a step count, or a fraction of the run below 1)"),
+    Row("csekit train simcse --eval_steps 0", "no step between evaluations",
+        E + "--eval_steps 0: must be > 0 (a step count, or a fraction of the run below 1)"),
+    Row("csekit train simcse --report_to bogus", "unknown logger",
+        E + "--report_to bogus: unknown; use none or one of …"),
+    Row("csekit train simcse --dataloader_num_workers -1", "negative worker count",
+        E + "--dataloader_num_workers -1: must be 0 or more (0 = load in the main process)"),
+    Row("csekit train cmlm_cse --dataloader_num_workers 1 --dataloader_persistent_workers true",
+        "workers kept across epochs with random collator draws", E + "--dataloader_persistent_workers: workers kept "
+        "across epochs would collate every epoch with the first epoch's random draws; leave it off"),
+    # data that does not fit the method
+    Row("csekit train whitenedcse --train_file triplets.csv", "supervised triplets for an unsupervised method",
+        E + "triplets.csv: columns sent0,sent1,hard_neg, but whitenedcse trains on sent0 (a .txt is one sentence a "
+        "line)"),
+    Row("csekit train cmlm_cse --train_file pairs.csv", "pairs for an unsupervised method",
+        E + "pairs.csv: columns sent0,sent1, but cmlm-cse trains on sent0 (a .txt is one sentence a line)"),
+    # caches, records
+    Row("csekit train clsr --cache_dir afile", "cache folder that is a file",
+        E + "--cache_dir afile: is a file, not a folder"),
+    Row("csekit extract --cache-dir afile", "cache folder that is a file",
+        E + "--cache-dir afile: is a file, not a folder"),
+    Row("csekit card list-results", "`eval_results.json` that is not an object",
+        E + "list-results/eval_results.json: holds a JSON list, not the object csekit writes; train with a csekit "
+        "recipe or run `csekit evaluate` again"),
+    Row("csekit compare not-results.json", "JSON that is not a csekit results record",
+        E + "not-results.json: not a csekit results record (no sts, transfer, clustering, mteb scores); give a model "
+        "folder with eval_results.json or the JSON of `csekit evaluate --output`"),
+    # destructive commands: an output that is its own input, a repository id checked before anything is written
+    Row("csekit export-st tiny tiny --overwrite", "export over its own source",
+        E + "OUT_DIR tiny: would overwrite the input tiny (the output is the input, lies in it or holds it); choose "
+        "another path"),
+    Row("csekit evaluate tiny --output tiny/config.json", "results over a file of the model",
+        E + "--output tiny/config.json: would overwrite the input tiny (…); choose another path"),
+    Row("csekit train simcse --model_name_or_path tiny --output_dir tiny", "output folder that is the backbone",
+        E + "--output_dir tiny: would overwrite the input tiny (…); choose another path"),
+    Row("csekit card tiny --repo-id me/bad--", "invalid repository id",
+        E + "repo id 'me/bad--' is not a valid Hub repository id (…)"),
+    Row("csekit push tiny me/bad-- --dry-run", "invalid repository id",
+        E + "repo id 'me/bad--' is not a valid Hub repository id (…)"),
 ]
 
 # flags a row's command gets unless it gives them (the table stays readable)
 DEFAULTS = {
     "csekit train simcse": ["--model_name_or_path", "bert", "--train_file", "sentences.txt", "--output_dir", "out"],
+    "csekit train whitenedcse": ["--model_name_or_path", "bert", "--train_file", "sentences.txt", "--output_dir",
+                                 "out"],
+    "csekit train cmlm_cse": ["--model_name_or_path", "bert", "--train_file", "sentences.txt", "--output_dir", "out",
+                              "--extractor_layers", "1", "--fusion_layers", "1"],
     "csekit train clsr": ["--model_name_or_path", "bert", "--train_file", "pairs.csv", "--output_dir", "out",
                           "--cache_dir", "cache"],
     "csekit extract": ["--models", "tiny"],
@@ -290,7 +392,7 @@ def test_readme_table_is_the_rows():
 # ------------------------------------------------------------------------------------------------ the inputs
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, tokenizer, data_dir):
-    from transformers import BertModel
+    from transformers import BertModel, BertTokenizerFast, GPT2Config, GPT2Model, T5Config, T5Model
 
     from csekit.modeling import SimCSEConfig, SimCSEModel
 
@@ -343,6 +445,38 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
         shutil.copytree(data_dir / "senteval" / "downstream" / task, folder / "partial-data" / "senteval" / "downstream"
                         / task)
     next((folder / "partial-data" / "senteval" / "downstream" / "STS" / "STS16-en-test").glob("STS.input.*")).unlink()
+    copy_folder(tiny, folder / "nan-config")
+    config = json.loads((folder / "nan-config" / "config.json").read_text())
+    (folder / "nan-config" / "config.json").write_text(json.dumps({**config, "temperature": float("nan")}))
+    (folder / "nan.yaml").write_text("weight_decay: .nan\n")
+    (folder / "list-number.yaml").write_text("learning_rate: [1.0e-5, 3.0e-5]\n")
+    (folder / "map-number.yaml").write_text("max_steps: {value: 10}\n")
+    (folder / "word-number.yaml").write_text("max_steps: ten\n")
+    BertModel(tiny_bert_config(max_position_embeddings=512)).save_pretrained(folder / "no-tokenizer")
+    copy_folder(folder / "bert", folder / "unk-tokenizer")  # a WordPiece vocabulary of special tokens and one word
+    for name in list((folder / "unk-tokenizer").glob("tokenizer*")) + list((folder / "unk-tokenizer").glob("vocab*")):
+        name.unlink()
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nzebra\n")
+    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder / "unk-tokenizer")
+    (folder / "vocab.txt").unlink()
+    GPT2Model(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=30522)).save_pretrained(folder / "gpt2")
+    tokenizer.save_pretrained(folder / "gpt2")
+    T5Model(T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16, vocab_size=30522)).save_pretrained(
+        folder / "t5")
+    tokenizer.save_pretrained(folder / "t5")
+    for name, record in (("resumable", {"method": "csekit-simcse", "per_device_train_batch_size": 16, "processes": 1,
+                                        "gradient_accumulation_steps": 1}), ("foreign", None)):
+        checkpoint = folder / name / "checkpoint-2"  # a complete checkpoint of a csekit run, or of something else
+        checkpoint.mkdir(parents=True)
+        (folder / name / "training_args.json").write_text("{}\n")
+        (checkpoint / "model.safetensors").write_bytes((folder / "bert" / "model.safetensors").read_bytes())
+        (checkpoint / "trainer_state.json").write_text("{}\n")
+        if record:
+            (checkpoint / "csekit_run.json").write_text(json.dumps(record))
+    (folder / "triplets.csv").write_text("sent0,sent1,hard_neg\n" + "".join(f"a {i},b {i},c {i}\n" for i in range(70)))
+    copy_folder(tiny, folder / "list-results")
+    (folder / "list-results" / "eval_results.json").write_text("[1, 2]\n")
+    (folder / "not-results.json").write_text('{"accuracy": 0.9}\n')
     (folder / "locked").mkdir()  # a folder this (running) process holds
     (folder / "locked" / ".csekit-lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     return folder

@@ -60,7 +60,7 @@ from .collators import ContrastiveCollator, enable_padding_free
 from .data import PAIR_COLUMNS, load_training_dataset
 from .embedding_cache import EmbeddingCache
 from .output_dir import RunFolder, is_csekit_output
-from .trainer import require_finite_weights
+from .trainer import require_finite_weights, run_record
 
 logger = logging.getLogger(__name__)
 
@@ -450,6 +450,8 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     check_not_an_input(training_args.output_dir, "--output_dir", [model_args.model_name_or_path])
     folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=training_args.process_index == 0)
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
+    accepted = (check_resume(resume, run_record(recipe.config_class.model_type, training_args),
+                             training_args.resume_accept_changes) if resume else [])
     set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)
     dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
@@ -485,7 +487,6 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         processing_class=tokenizer,
         sts_evaluator=dev,
     )
-    accepted = check_resume(resume, trainer.run_record(), training_args.resume_accept_changes) if resume else []
     folder.acquire(lock=trainer.is_world_process_zero())
     try:
         trainer.train(resume_from_checkpoint=resume)

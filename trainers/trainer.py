@@ -23,6 +23,14 @@ from .output_dir import PARTIAL_CHECKPOINT_PREFIX
 TRAINER_STATE = "trainer_state.json"
 
 
+def run_record(method: str, args) -> dict:
+    """The setup a resume from a run's checkpoints must match (:func:`csekit.preflight.check_resume`): the method
+    (its config's ``model_type``), the per-process batch, the processes and the accumulation, which together make
+    each step's batch and its negatives."""
+    return {"method": method, "per_device_train_batch_size": args.per_device_train_batch_size,
+            "processes": args.world_size, "gradient_accumulation_steps": args.gradient_accumulation_steps}
+
+
 def complete_checkpoints(folder: Path) -> str:
     """The names of ``folder``'s complete checkpoints, for a message (``none`` when there are none)."""
     names = sorted((path.name for path in Path(folder).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
@@ -101,6 +109,11 @@ class ContrastiveTrainer(Trainer):
             for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
                 if getattr(tokenizer, name, None) is not None and getattr(model.config, name, None) is None:
                     setattr(model.config, name, getattr(tokenizer, name))
+        collator = kwargs.get("data_collator")
+        if (getattr(collator, "draws_at_random", False) and args is not None and args.dataloader_persistent_workers
+                and args.dataloader_num_workers > 0):  # said before the Trainer makes the output folder
+            raise DataError("--dataloader_persistent_workers: workers kept across epochs would collate every epoch "
+                            "with the first epoch's random draws; leave it off")
         if sts_evaluator is not None and kwargs.get("eval_dataset") is None:
             # Trainer insists on an eval_dataset for step-wise evaluation; the evaluator's pairs are that data
             kwargs["eval_dataset"] = sts_evaluator.as_dataset()
@@ -108,10 +121,6 @@ class ContrastiveTrainer(Trainer):
         if self.pop_callback(ProgressCallback) is not None:
             self.add_callback(NumericProgressCallback)
         if hasattr(self.data_collator, "set_epoch"):
-            if (getattr(self.data_collator, "draws_at_random", False) and self.args.dataloader_persistent_workers
-                    and self.args.dataloader_num_workers > 0):
-                raise DataError("--dataloader_persistent_workers: workers kept across epochs would collate every "
-                                "epoch with the first epoch's random draws; leave it off")
             self.add_callback(CollatorEpoch(self.data_collator))
         self.sts_evaluator = sts_evaluator
         self.eval_batch_size = eval_batch_size
@@ -242,11 +251,7 @@ class ContrastiveTrainer(Trainer):
         self.accelerator.wait_for_everyone()
 
     def run_record(self) -> dict:
-        """The setup a resume from this run's checkpoints must match (:func:`csekit.preflight.check_resume`)."""
-        return {"method": self.accelerator.unwrap_model(self.model).config.model_type,
-                "per_device_train_batch_size": self.args.per_device_train_batch_size,
-                "processes": self.args.world_size,
-                "gradient_accumulation_steps": self.args.gradient_accumulation_steps}
+        return run_record(self.accelerator.unwrap_model(self.model).config.model_type, self.args)
 
     def push_to_hub(
         self, commit_message: str = "End of training", private: Optional[bool] = None, token: Optional[str] = None

@@ -23,7 +23,7 @@ from ..errors import DataError
 from ..evaluation.sts import STS_COLUMNS, STS_TASKS
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..modeling import SentenceEncoderConfig
-from ..preflight import check_output_file
+from ..preflight import check_output_file, load_tokenizer
 from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES, alignment_uniformity_figure, training_curve_figure
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
@@ -258,6 +258,7 @@ def write_model_card(
     output = check_output_file(output, inputs=[model]) if output else None  # before any encoding
     local = Path(model).is_dir()
     folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
+    load_tokenizer(str(model), folder)  # the card's snippets and figure encode with it: refused when it cannot
     if not local:
         if output is None:
             raise DataError(f"{model}: the card of a Hub model is written to --output FILE (the cache is read-only)")
