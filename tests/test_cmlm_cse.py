@@ -82,6 +82,35 @@ def test_masking_statistics_at_the_configs_mask_rate(tokenizer):
     assert abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02 and abs(1 - as_mask - kept - 0.1) < 0.02
 
 
+def test_masks_derive_from_seed_epoch_and_example_alone(tokenizer):
+    """Each sentence's masks come from a generator of its own (seed, epoch, example index): the same in any batch,
+    padded or packed, whatever the global random state; fresh in the next epoch and under another seed."""
+    from types import SimpleNamespace
+
+    from csekit.trainers.trainer import CollatorEpoch
+
+    features = [{"sent0": sentence, "example_index": index} for index, sentence in enumerate(SENTENCES[:8])]
+
+    def masks(collator, rows):
+        batch = collator(rows)
+        labels = batch["mlm_labels"]
+        if collator.padding_free:
+            return [row.tolist() for row in labels[0].split(batch["sequence_lengths"][:, 0].tolist())]
+        return [row[mask.bool()].tolist() for row, mask in zip(labels, batch["attention_mask"][:, 0])]
+
+    collator = CMLMCSECollator(tokenizer, max_length=24, config=tiny_config())
+    torch.manual_seed(1)
+    reference = masks(collator, features)
+    torch.manual_seed(2)  # another global state, another batch composition and order, packed
+    packed = CMLMCSECollator(tokenizer, max_length=24, config=tiny_config(), padding_free=True)
+    assert masks(packed, features[::-1][:5]) == reference[::-1][:5]
+    assert any(-100 != label for row in reference for label in row)
+    CollatorEpoch(collator).on_epoch_begin(None, SimpleNamespace(epoch=1.5), None)  # resumed mid-epoch 1
+    assert collator.draws.epoch == 1 and masks(collator, features) != reference
+    collator.draws.epoch, collator.draws.seed = 0, 7
+    assert masks(collator, features) != reference
+
+
 def test_recipe_collator_takes_the_mask_rate_from_the_model_config(tokenizer, capsys):
     from csekit.recipes.cmlm_cse import RECIPE, AugmentationArguments
 
