@@ -83,13 +83,15 @@ def check_backbone(path, config: dict) -> None:
     :data:`SUPPORTED_BACKBONES`; decoder-only and encoder-decoder models are named as such."""
     backbone = backbone_config(config)
     model_type = backbone.get("model_type") if isinstance(backbone, dict) else None
-    if model_type in SUPPORTED_BACKBONES or str(model_type).startswith("csekit-"):
+    if (model_type in SUPPORTED_BACKBONES and not backbone.get("is_decoder") and not backbone.get("add_cross_attention")
+            and not backbone.get("is_encoder_decoder")) or str(model_type).startswith("csekit-"):
         return
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    kind = ("an encoder-decoder model" if backbone.get("is_encoder_decoder") else
-            "a decoder-only (causal) model" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or backbone.get(
-                "is_decoder") else "a backbone family csekit has not been tested on")
+    kind = ("an encoder-decoder model" if backbone.get("is_encoder_decoder") or backbone.get("add_cross_attention")
+            else "configured as a decoder (is_decoder: causal attention)" if backbone.get("is_decoder")
+            else "a decoder-only (causal) model" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+            else "a backbone family csekit has not been tested on")
     raise DataError(f"{path}: model_type {model_type!r} is {kind}; csekit trains and evaluates the encoder families "
                     f"{', '.join(SUPPORTED_BACKBONES)} (README: Backbones)")
 
@@ -100,10 +102,15 @@ def load_tokenizer(name: str, folder):
     if not any(any(Path(folder).glob(pattern)) for pattern in TOKENIZER_FILES):
         raise DataError(f"{name}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {folder}; save the tokenizer "
                         "with the model (tokenizer.save_pretrained(folder))")
+    from huggingface_hub.errors import StrictDataclassError
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError) as error:  # missing or unreadable tokenizer files
-        raise DataError(f"{name}: cannot load its tokenizer ({str(error).splitlines()[0]}); save the tokenizer "
+    except StrictDataclassError:  # the model's config.json, which the tokenizer reads too: said as such
+        raise
+    except Exception as error:  # the user's tokenizer files: unreadable, damaged JSON, a format tokenizers rejects
+        reason = (str(error).splitlines() or [type(error).__name__])[0]
+        raise DataError(f"{name}: cannot load its tokenizer ({type(error).__name__}: {reason}); save the tokenizer "
                         "with the model") from None
     ids = tokenizer(PROBE_SENTENCE, add_special_tokens=False)["input_ids"]
     if not ids or all(token == tokenizer.unk_token_id for token in ids):
@@ -250,6 +257,10 @@ def check_training_arguments(args) -> None:
         raise DataError(f"--gradient_accumulation_steps {accumulation}: must be 1 or more (1 = no accumulation)")
     if args.learning_rate < 0:
         raise DataError(f"--learning_rate {args.learning_rate:g}: must be 0 or more")
+    for flag in ("seed", "data_seed"):  # numpy's generators take 0 .. 2**32 - 1 (set_seed seeds them all)
+        seed = getattr(args, flag, None)
+        if seed is not None and not 0 <= seed < 2**32:
+            raise DataError(f"--{flag} {seed}: must be between 0 and {2**32 - 1}")
     workers = getattr(args, "dataloader_num_workers", 0)
     if workers < 0:
         raise DataError(f"--dataloader_num_workers {workers}: must be 0 or more (0 = load in the main process)")

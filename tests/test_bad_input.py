@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+import torch
 
 from conftest import REPO_ROOT, tiny_bert_config
 from csekit import cli
@@ -269,6 +270,13 @@ ROWS = [
     Row("csekit train simcse --config word-number.yaml", "YAML word where a number goes",
         "csekit train simcse: error: --config word-number.yaml: max_steps: invalid value 'ten' (see csekit train "
         "simcse --help)"),
+    Row("csekit train simcse --config null-number.yaml", "YAML null where a number goes",
+        "csekit train simcse: error: --config null-number.yaml: learning_rate: null, but it takes a value (default "
+        "3e-05); remove the line to keep the default (see csekit train simcse --help)"),
+    Row("csekit train simcse --seed -1", "seed numpy cannot take", E + "--seed -1: must be between 0 and 4294967295"),
+    Row("csekit evaluate nan-weights", "model whose weights hold NaN",
+        E + "nan-weights: … sentence embeddings hold NaN or infinite values; no score is reported (check the model's "
+        "weights and that it is a supported encoder)"),
     # a tokenizer that fits the model
     Row("csekit train simcse --model_name_or_path no-tokenizer", "model folder without tokenizer files",
         E + "no-tokenizer: no tokenizer files (tokenizer.json, vocab.txt, vocab.json, *.model, spm.model) in "
@@ -283,6 +291,9 @@ ROWS = [
         "unknown tokens only (… tokens in its vocabulary); save the model's own tokenizer with it"),
     Row("csekit evaluate unk-tokenizer", "tokenizer that knows no word of the probe",
         E + "unk-tokenizer: its tokenizer turns the probe sentence … into unknown tokens only …"),
+    Row("csekit evaluate damaged-tokenizer", "`tokenizer.json` that is not a tokenizer",
+        E + "damaged-tokenizer: cannot load its tokenizer (KeyError: 'added_tokens'); save the tokenizer with the "
+        "model"),
     # backbones: supported or refused
     Row("csekit train simcse --model_name_or_path gpt2", "decoder-only backbone",
         E + "gpt2/config.json: model_type 'gpt2' is a decoder-only (causal) model; csekit trains and evaluates the "
@@ -291,6 +302,9 @@ ROWS = [
     Row("csekit evaluate gpt2", "decoder-only backbone", E + "gpt2/config.json: model_type 'gpt2' is a decoder-only …"),
     Row("csekit extract --models t5", "encoder-decoder backbone",
         E + "t5/config.json: model_type 't5' is an encoder-decoder model; csekit trains and evaluates …"),
+    Row("csekit train simcse --model_name_or_path bert-as-decoder", "encoder configured as a decoder",
+        E + "bert-as-decoder/config.json: model_type 'bert' is configured as a decoder (is_decoder: causal "
+        "attention); csekit trains and evaluates …"),
     Row("csekit train clsr --model_name_or_path t5", "encoder-decoder backbone",
         E + "t5/config.json: model_type 't5' is an encoder-decoder model; …"),
     # resume: the uninterrupted run's setup, a csekit checkpoint
@@ -477,6 +491,18 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
     copy_folder(tiny, folder / "list-results")
     (folder / "list-results" / "eval_results.json").write_text("[1, 2]\n")
     (folder / "not-results.json").write_text('{"accuracy": 0.9}\n')
+    (folder / "null-number.yaml").write_text("learning_rate: null\n")
+    nan_model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
+                                         pooler_type="avg"))
+    with torch.no_grad():
+        nan_model.encoder.embeddings.LayerNorm.weight[0] = float("nan")
+    nan_model.save_pretrained(folder / "nan-weights")
+    tokenizer.save_pretrained(folder / "nan-weights")
+    copy_folder(folder / "bert", folder / "damaged-tokenizer")
+    (folder / "damaged-tokenizer" / "tokenizer.json").write_text("{}\n")
+    copy_folder(folder / "bert", folder / "bert-as-decoder")
+    decoder = json.loads((folder / "bert-as-decoder" / "config.json").read_text())
+    (folder / "bert-as-decoder" / "config.json").write_text(json.dumps({**decoder, "is_decoder": True}))
     (folder / "locked").mkdir()  # a folder this (running) process holds
     (folder / "locked" / ".csekit-lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     return folder

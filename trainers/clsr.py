@@ -29,7 +29,7 @@ from torch import nn
 from tqdm.auto import trange
 from transformers import get_cosine_schedule_with_warmup
 
-from ..errors import DataError
+from ..errors import DataError, storage_error
 from ..evaluation.sts import CachedSTSEvaluator
 from ..modeling.losses import nt_xent_loss
 from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, RUN_RECORD, check_training_arguments, find_checkpoint
@@ -114,12 +114,21 @@ def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, gen
     output_dir = Path(output_dir)
     staging = output_dir / f"{PARTIAL_CHECKPOINT_PREFIX}{epoch}"
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    save_file({name: value.detach().cpu().contiguous() for name, value in tensors.items()}, str(staging / STATE_FILE))
-    write_json(staging / RUN_RECORD, run_record)
-    write_json(staging / RECORD_FILE, record)
-    apply_default_modes(staging)
-    final = move_into_place(staging, output_dir / f"{CHECKPOINT_PREFIX}{epoch}")
+    try:
+        staging.mkdir(parents=True)
+        save_file({name: value.detach().cpu().contiguous() for name, value in tensors.items()},
+                  str(staging / STATE_FILE))
+        write_json(staging / RUN_RECORD, run_record)
+        write_json(staging / RECORD_FILE, record)
+        apply_default_modes(staging)
+        final = move_into_place(staging, output_dir / f"{CHECKPOINT_PREFIX}{epoch}")
+    except Exception as error:
+        reason = storage_error(error)
+        if reason is None:
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DataError(f"{reason} while writing {output_dir / f'{CHECKPOINT_PREFIX}{epoch}'}; the partial checkpoint "
+                        "was removed and the earlier checkpoints are unchanged") from error
     for older in output_dir.glob(f"{CHECKPOINT_PREFIX}*"):
         if older != final:
             shutil.rmtree(older, ignore_errors=True)

@@ -24,6 +24,7 @@ import logging
 import re
 import sys
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -248,11 +249,19 @@ def group_help(parser: argparse.ArgumentParser, dataclass_types: tuple, show_all
         groups[owners[name]]._group_actions.append(action)
 
 
-def yaml_value(parser: argparse.ArgumentParser, path: Path, key: str, value):
+def yaml_value(parser: argparse.ArgumentParser, dataclass_types: tuple, path: Path, key: str, value):
     """A ``--config`` value as the flag's own parser would take it from the command line: its type and choices are
     applied (argparse does not check defaults), so a list, a mapping or a word where a number goes is one line."""
     action = next((item for item in parser._actions if item.dest == key), None)
-    if action is None or value is None:
+    if action is None:
+        return value
+    if value is None:
+        # the class annotations: HfArgumentParser rewrites Field.type (Optional[X] becomes X) when it builds flags
+        annotation = next((str(typing.get_type_hints(cls)[key]) for cls in dataclass_types
+                           if key in typing.get_type_hints(cls)), "")
+        if "None" not in annotation and "Optional" not in annotation:  # a flag that always has a value
+            parser.error(f"--config {path}: {key}: null, but it takes a value (default {action.default}); remove the "
+                         "line to keep the default")
         return value
     many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
     items = value if many and isinstance(value, list) else [value]
@@ -319,7 +328,8 @@ def parse_recipe_args(
         unknown = sorted(set(values) - known)
         if unknown:
             parser.error(f"{path}: unknown key(s) {', '.join(unknown)}")
-        parser.set_defaults(**{key: yaml_value(parser, path, key, value) for key, value in values.items()})
+        parser.set_defaults(**{key: yaml_value(parser, dataclass_types, path, key, value)
+                               for key, value in values.items()})
     # the outputs also hold the namespace of --config (declared only for --help) and the leftover strings
     try:
         *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)

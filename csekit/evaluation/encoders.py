@@ -56,6 +56,18 @@ class HFSentenceEncoder:
         return pool(self.pooler, self.layers, hidden_states, batch["attention_mask"], static)
 
 
+def finite_embeddings(name: str, vectors):
+    """``vectors`` when every entry is finite; a :class:`DataError` otherwise (every score from them would be NaN or
+    meaningless, so none is reported)."""
+    import numpy as np
+
+    bad = int((~np.isfinite(vectors)).any(axis=-1).sum())
+    if bad:
+        raise DataError(f"{name}: {bad} of {len(vectors)} sentence embeddings hold NaN or infinite values; no score is "
+                        "reported (check the model's weights and that it is a supported encoder)")
+    return vectors
+
+
 def load_embedder(
     name_or_path: str, pooler: Optional[str] = None, max_length: Optional[int] = None, batch_size: int = 128,
     device: Optional[str] = None,
@@ -82,7 +94,8 @@ def load_embedder(
         info = {"model": name_or_path, "pooler": model.config.pooler_type}
 
         def embed(sentences):
-            return model.encode(sentences, batch_size=batch_size, max_length=max_length)
+            return finite_embeddings(name_or_path, model.encode(sentences, batch_size=batch_size,
+                                                                max_length=max_length))
 
         return embed, info
     defaults = sentence_transformers_defaults(path)
@@ -94,9 +107,9 @@ def load_embedder(
 
     def embed(sentences):
         vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length, device)
-        return vectors.numpy()
+        return finite_embeddings(name_or_path, vectors.numpy())
 
     return embed, {"model": name_or_path, "pooler": pooler}
 
 
-__all__ = ["HFSentenceEncoder", "load_embedder", "sentence_transformers_defaults"]
+__all__ = ["HFSentenceEncoder", "finite_embeddings", "load_embedder", "sentence_transformers_defaults"]

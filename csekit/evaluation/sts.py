@@ -202,6 +202,10 @@ class STSEvaluator:
             for aggregation, score in aggregated_spearman(first, second, pairs).items():
                 results[aggregation][task] = round(score, 2)
             start += 2 * count
+        undefined = sorted({task for row in results.values() for task, score in row.items() if not np.isfinite(score)})
+        if undefined:  # every pair got the same cosine (a collapsed model), or non-finite vectors
+            raise DataError(f"STS {', '.join(undefined)}: Spearman is undefined (the embeddings give every pair the "
+                            "same similarity, or hold NaN); no score is reported")
         for row in results.values():
             row["avg"] = round(float(np.mean([row[task] for task in self.tasks])), 2)
         return results
