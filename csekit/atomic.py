@@ -35,11 +35,15 @@ MODEL_FOLDER_FILES = (
 )
 
 
-def default_mode() -> int:
-    """The mode ``open()`` gives a new file under this process's umask (mkstemp and some writers give 0o600)."""
+def current_umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+def default_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (mkstemp and some writers give 0o600)."""
+    return 0o666 & ~current_umask()
 
 
 def apply_default_modes(folder) -> None:
@@ -47,18 +51,12 @@ def apply_default_modes(folder) -> None:
     (``folder`` included) the mode ``mkdir`` gives (0755): mkstemp, mkdtemp and safetensors' writer make them
     owner-only."""
     folder = Path(folder)
-    file_mode, folder_mode = default_mode(), default_mode() | (0o111 & ~current_umask())
+    file_mode, folder_mode = default_mode(), 0o777 & ~current_umask()
     os.chmod(folder, folder_mode)
     for path in folder.rglob("*"):
         if path.is_symlink():
             continue
         os.chmod(path, folder_mode if path.is_dir() else file_mode)
-
-
-def current_umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
 
 
 def write_bytes(path, data: bytes) -> Path:

@@ -16,6 +16,7 @@ line, ``<what>: <why>; <how to fix>``, and nothing has been written yet:
 The data a run reads (training file, evaluation sets) is read, and so checked, by the loaders the commands call first.
 """
 
+import dataclasses
 import json
 import logging
 import math
@@ -160,8 +161,6 @@ def check_finite(flag: str, value) -> None:
 
 def check_finite_groups(groups) -> None:
     """:func:`check_finite` on every field of the parsed argument dataclasses ``groups`` (``--name`` in the line)."""
-    import dataclasses
-
     for group in groups:
         for item in dataclasses.fields(group):
             check_finite(f"--{item.name}", getattr(group, item.name, None))

@@ -144,3 +144,20 @@ def test_decoder_only_and_encoder_decoder_models_are_refused(kind, tmp_path):
         expected = "model_type 't5' is an encoder-decoder model"
     with pytest.raises(DataError, match=re.escape(expected)):
         read_model_config(tmp_path)
+
+
+def test_a_packed_step_builds_no_mask_over_the_whole_row(monkeypatch):
+    """ModernBERT's local layers ask for a sliding-window mask: for a packed row the mask builder returns none (the
+    window is applied inside each block), so no N x N mask is ever built."""
+    import csekit.modeling.packing as packing
+
+    built = []
+    real = packing.sdpa_mask
+    monkeypatch.setattr(packing, "sdpa_mask", lambda *args, **kwargs: built.append(kwargs) or real(*args, **kwargs))
+    model = SimCSEModel(SimCSEConfig(encoder_config=tiny_config("modernbert").to_dict(), pooler_type="avg"))
+    model.use_packed_attention()
+    padded, packed = padded_and_packed([3, 17, 12, 5, 20, 9, 1, 14], 0)
+    model.train()(**packed).embeddings.sum().backward()
+    assert built == []
+    model(**padded)  # a padded batch still gets SDPA's mask with its padding
+    assert built

@@ -89,15 +89,17 @@ def step_logs(output_dir: Path) -> dict:
     return {h["step"]: h for h in history(output_dir) if "loss" in h and "train_loss" not in h}
 
 
-@pytest.mark.parametrize("method", ["simcse", "cmlm_cse", "whitenedcse"])
+@pytest.mark.parametrize("method, options", [("simcse", []), ("cmlm_cse", []), ("whitenedcse", []),
+                                             ("whitenedcse", ["--positive_source", "dropout", "--num_positives", "2"])],
+                         ids=["simcse", "cmlm_cse", "whitenedcse", "whitenedcse-dropout-positives"])
 def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupted_one(
-    method, tiny_backbone, corpus, tmp_path
+    method, options, tiny_backbone, corpus, tmp_path
 ):
     full, cut = tmp_path / "full", tmp_path / "cut"
-    uninterrupted = train(method, tiny_backbone, corpus, full)
-    crashed = train(method, tiny_backbone, corpus, cut, crash_at=5)
+    uninterrupted = train(method, tiny_backbone, corpus, full, *options)
+    crashed = train(method, tiny_backbone, corpus, cut, *options, crash_at=5)
     assert crashed.steps == [1, 2, 3, 4, 5] and not (cut / "checkpoint-6").exists()
-    resumed = train(method, tiny_backbone, corpus, cut, "--resume_from_checkpoint", "last")
+    resumed = train(method, tiny_backbone, corpus, cut, *options, "--resume_from_checkpoint", "last")
 
     # the resumed process started from checkpoint-4 and ran steps 5 and 6 only
     assert uninterrupted.start_step == 0 and uninterrupted.steps == list(range(1, STEPS + 1))
