@@ -241,7 +241,9 @@ def test_bad_inputs_fail_with_one_clear_error(tmp_path, trained, capsys):
     with pytest.raises(DataError, match="lacks STS13"):
         render_model_card(incomplete)
     with pytest.raises(DataError, match="already exists"):
-        export_sentence_transformers(trained, trained)
+        export_sentence_transformers(trained, incomplete)
+    with pytest.raises(DataError, match="would overwrite the input"):
+        export_sentence_transformers(trained, trained, overwrite=True)
     first_last = tmp_path / "first_last"
     SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
                              pooler_type="avg_first_last")).save_pretrained(first_last)
