@@ -262,9 +262,11 @@ def test_training_file_may_be_a_hub_dataset(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     monkeypatch.chdir(tmp_path)  # no local file of that name
     unsup = load_training_dataset("org/unsup", min_examples=2)
-    assert unsup.column_names == ["sent0", "example_index"] and unsup["sent0"] == ["first sentence", "second sentence", "third"]
+    assert unsup.column_names == ["sent0", "example_index"]
+    assert unsup["sent0"] == ["first sentence", "second sentence", "third"]
     pairs = load_training_dataset("org/pairs:plain")
-    assert pairs.column_names == ["sent0", "sent1", "example_index"] and calls[-1] == ("org/pairs", "plain", "train")
+    assert pairs.column_names == ["sent0", "sent1", "example_index"]
+    assert calls[-1] == ("org/pairs", "plain", "train")
     with pytest.raises(DataError, match=r"org/badcols \(train split\): columns are premise, hypothesis"):
         load_training_dataset("org/badcols")
     with pytest.raises(DataError, match=r"org/hole \(train split\) row 2: empty sent1"):

@@ -234,8 +234,9 @@ class CLSRTrainer:
                 projected = projection(mlp(self.train_vectors[rows]))
                 loss = nt_xent_loss(projected[:batch], projected[batch:], temperature)
                 if not torch.isfinite(loss):  # before the update: the head never holds a NaN
-                    raise DataError(f"epoch {epoch + 1}, step {step + 1}: the loss is not finite ({float(loss):.4g}); "
-                                    "the run stopped before this update; lower --learning_rate or check the data")
+                    raise DataError(f"epoch {epoch + 1}, step {step + 1}: the loss is not finite "
+                                    f"({float(loss.detach()):.4g}); the run stopped before this update; lower "
+                                    "--learning_rate or check the data")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
