@@ -29,13 +29,13 @@ from torch import nn
 from tqdm.auto import trange
 from transformers import get_cosine_schedule_with_warmup
 
-from ..errors import DataError, storage_error
+from ..errors import DataError
 from ..evaluation.sts import CachedSTSEvaluator
 from ..modeling.losses import nt_xent_loss
 from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, RUN_RECORD, check_training_arguments, find_checkpoint
 from .clsr_data import HeldOutSentences, PairCorpus, assert_disjoint_from_held_out, require_full_batch
 from .lars import LARS, lars_param_groups
-from .output_dir import PARTIAL_CHECKPOINT_PREFIX
+from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -114,21 +114,15 @@ def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, gen
     output_dir = Path(output_dir)
     staging = output_dir / f"{PARTIAL_CHECKPOINT_PREFIX}{epoch}"
     shutil.rmtree(staging, ignore_errors=True)
-    try:
+    final = output_dir / f"{CHECKPOINT_PREFIX}{epoch}"
+    with partial_checkpoint(staging, final, lambda: "the earlier checkpoints are unchanged"):
         staging.mkdir(parents=True)
         save_file({name: value.detach().cpu().contiguous() for name, value in tensors.items()},
                   str(staging / STATE_FILE))
         write_json(staging / RUN_RECORD, run_record)
         write_json(staging / RECORD_FILE, record)
         apply_default_modes(staging)
-        final = move_into_place(staging, output_dir / f"{CHECKPOINT_PREFIX}{epoch}")
-    except Exception as error:
-        reason = storage_error(error)
-        if reason is None:
-            raise
-        shutil.rmtree(staging, ignore_errors=True)
-        raise DataError(f"{reason} while writing {output_dir / f'{CHECKPOINT_PREFIX}{epoch}'}; the partial checkpoint "
-                        "was removed and the earlier checkpoints are unchanged") from error
+        move_into_place(staging, final)
     for older in output_dir.glob(f"{CHECKPOINT_PREFIX}*"):
         if older != final:
             shutil.rmtree(older, ignore_errors=True)

@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..atomic import private_folder, process_alive
 from ..errors import DataError, storage_error
@@ -41,6 +41,22 @@ def is_csekit_output(folder: Path) -> bool:
         return json.loads((folder / "config.json").read_text()).get("model_type", "").startswith("csekit-")
     except (OSError, ValueError, AttributeError):
         return False
+
+
+@contextlib.contextmanager
+def partial_checkpoint(partial: Path, checkpoint: Path, kept: Callable[[], str]):
+    """The writing of ``checkpoint`` in its hidden ``partial`` folder (Trainer and CLSR alike): when the disk refuses
+    a write (:func:`~csekit.errors.storage_error`), ``partial`` is removed and the error becomes one line saying so
+    and what ``kept()`` says is unchanged; any other error propagates."""
+    try:
+        yield
+    except Exception as error:
+        reason = storage_error(error)
+        if reason is None:
+            raise
+        shutil.rmtree(partial, ignore_errors=True)
+        raise DataError(f"{reason} while writing {checkpoint}; the partial checkpoint was removed and {kept()}") \
+            from error
 
 
 class RunLock:

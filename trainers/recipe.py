@@ -257,8 +257,8 @@ def yaml_value(parser: argparse.ArgumentParser, dataclass_types: tuple, path: Pa
         return value
     if value is None:
         # the class annotations: HfArgumentParser rewrites Field.type (Optional[X] becomes X) when it builds flags
-        annotation = next((str(typing.get_type_hints(cls)[key]) for cls in dataclass_types
-                           if key in typing.get_type_hints(cls)), "")
+        annotation = next((str(hints[key]) for hints in map(typing.get_type_hints, dataclass_types) if key in hints),
+                          "")
         if "None" not in annotation and "Optional" not in annotation:  # a flag that always has a value
             parser.error(f"--config {path}: {key}: null, but it takes a value (default {action.default}); remove the "
                          "line to keep the default")

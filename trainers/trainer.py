@@ -15,10 +15,10 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..atomic import apply_default_modes, move_into_place, write_json
-from ..errors import DataError, storage_error
+from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
 from ..preflight import RUN_RECORD, checkpoint_problem
-from .output_dir import PARTIAL_CHECKPOINT_PREFIX
+from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
 TRAINER_STATE = "trainer_state.json"
 
@@ -218,7 +218,13 @@ class ContrastiveTrainer(Trainer):
             shutil.rmtree(partial, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         self._checkpoint_run_dir = str(partial)
-        try:
+
+        def kept() -> str:
+            previous = (f"the previous model in {run_dir} is unchanged" if (run_dir / "config.json").is_file()
+                        else f"no model was written to {run_dir}")
+            return f"{previous}; complete checkpoints: {complete_checkpoints(run_dir)}"
+
+        with partial_checkpoint(partial, run_dir / name, kept):
             try:
                 super()._save_checkpoint(model, trial)  # its rotation sees the one checkpoint of `partial`: a no-op
             finally:
@@ -235,15 +241,6 @@ class ContrastiveTrainer(Trainer):
                         with open(path, "rb") as stream:
                             os.fsync(stream.fileno())
                 move_into_place(partial / name, run_dir / name)
-        except Exception as error:
-            reason = storage_error(error)
-            if reason is None:
-                raise
-            shutil.rmtree(partial, ignore_errors=True)
-            previous = (f"the previous model in {run_dir} is unchanged" if (run_dir / "config.json").is_file()
-                        else f"no model was written to {run_dir}")
-            raise DataError(f"{reason} while writing {run_dir / name}; the partial checkpoint was removed and "
-                            f"{previous}; complete checkpoints: {complete_checkpoints(run_dir)}") from error
         if self.args.should_save:
             shutil.rmtree(partial, ignore_errors=True)
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
