@@ -27,32 +27,33 @@ except PackageNotFoundError:  # imported from a source tree that was not install
 
 register_when_transformers_auto_is_imported()
 
-# name -> the sub-package that defines it, imported on first access
-_LAZY = {
-    **dict.fromkeys(
-        ("CLSRConfig", "CLSRModel", "CMLMCSEConfig", "CMLMCSEForPreTraining", "CMLMCSEModel", "SentenceEncoderConfig",
-         "SentenceEncoderPreTrainedModel", "SimCSEConfig", "SimCSEModel", "WhitenedCSEConfig", "WhitenedCSEModel"),
-        "csekit.modeling",
-    ),
-    **dict.fromkeys(
-        ("CLSRTrainer", "CMLMCSETrainer", "ContrastiveCollator", "ContrastiveTrainer", "SimCSETrainer",
-         "WhitenedCSETrainer"),
-        "csekit.trainers",
-    ),
+# name -> the module that defines it, imported on first access: the shared names here, every method's classes from
+# the method registry (csekit.methods)
+_SHARED = {
+    **dict.fromkeys(("SentenceEncoderConfig", "SentenceEncoderPreTrainedModel"), "csekit.modeling"),
+    **dict.fromkeys(("ContrastiveCollator", "ContrastiveTrainer"), "csekit.trainers"),
     **dict.fromkeys(("STS_TASKS", "STSEvaluator", "load_embedder"), "csekit.evaluation"),
 }
 
 
+def _lazy() -> dict:
+    from .methods import METHODS
+
+    methods = {name: reference.partition(":")[0] for method in METHODS.values()
+               for name, reference in method.classes.items()}
+    return {**_SHARED, **methods}
+
+
 def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'csekit' has no attribute {name!r}")
+    module = _lazy().get(name)
+    if module is None:
+        raise AttributeError(f"module 'csekit' has no attribute {name!r}")
+    value = globals()[name] = getattr(import_module(module), name)
+    return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_lazy()))
 
 
-__all__ = ["DataError", *sorted(_LAZY)]
+__all__ = ["DataError", *sorted(_lazy())]

@@ -11,9 +11,7 @@ Bad input ends with one line on stderr and exit status 2.
 """
 
 import argparse
-import pkgutil
 import sys
-from importlib import import_module
 
 from .errors import OneLineUsageErrors, report_errors
 from .evaluation.cli import add_evaluate_parser
@@ -23,10 +21,10 @@ from .publishing.cli import add_card_parser, add_export_st_parser, add_push_pars
 
 
 def recipe_names() -> list:
-    """The training methods: the modules of ``csekit.recipes``."""
-    import csekit.recipes
+    """The training methods: the method registry's names."""
+    from .methods import METHODS
 
-    return sorted(module.name for module in pkgutil.iter_modules(csekit.recipes.__path__))
+    return list(METHODS)
 
 
 def add_train_parser(subparsers) -> None:
@@ -43,8 +41,9 @@ def add_train_parser(subparsers) -> None:
 
 
 def run_train(args) -> int:
-    recipe = import_module(f"csekit.recipes.{args.method}")
-    recipe.main(args.recipe_args, prog=f"csekit train {args.method}")
+    from .methods import get_method
+
+    get_method(args.method).recipe_module.main(args.recipe_args, prog=f"csekit train {args.method}")
     return 0
 
 

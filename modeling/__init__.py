@@ -1,9 +1,13 @@
 """csekit models: configs, models, poolers and losses.
 
-The names below are imported on first use (PEP 562), so reading the pooler names costs no torch. ``import csekit``
-registers every config/model with ``AutoConfig``/``AutoModel`` (:func:`register_auto_classes`, run by
-:mod:`csekit.auto_registration` once transformers' Auto classes are imported, or on first use of a class here) and
+The names below are imported on first use (PEP 562), so reading the pooler names costs no torch. The methods' classes
+come from the method registry (:data:`csekit.methods.METHODS`): this module keeps no list of methods. ``import
+csekit`` registers every method's config/model with ``AutoConfig``/``AutoModel`` (:func:`register_auto_classes`, run
+by :mod:`csekit.auto_registration` once transformers' Auto classes are imported, or on first use of a class here) and
 marks them for ``auto_map`` + code export, so saved folders also load with ``trust_remote_code=True`` without csekit.
+
+Only this package file reads the registry; the configuration and modeling files import nothing outside this folder
+(``trust_remote_code`` copies them into a folder of their own).
 """
 
 if __name__ != "csekit.modeling":  # the checkout's folder imported by its own name (repository root on sys.path)
@@ -11,59 +15,69 @@ if __name__ != "csekit.modeling":  # the checkout's folder imported by its own n
 
 from importlib import import_module
 
+from ..methods import METHODS, load_object
 from .pooler_types import POOLER_TYPES
 
-_EXPORTS = {
-    "CLSRConfig": "configuration_clsr",
-    "CMLMCSEConfig": "configuration_cmlm_cse",
+# the names every method shares (the methods' own classes: the registry)
+_SHARED = {
     "SentenceEncoderConfig": "configuration_encoder",
-    "SimCSEConfig": "configuration_simcse",
-    "WhitenedCSEConfig": "configuration_whitenedcse",
     "info_nce_loss": "losses",
     "nt_xent_loss": "losses",
-    "CLSRModel": "modeling_clsr",
-    "CMLMCSEForPreTraining": "modeling_cmlm_cse",
-    "CMLMCSEModel": "modeling_cmlm_cse",
     "SentenceEmbeddingOutput": "modeling_encoder",
+    "SentenceEncoderForTraining": "modeling_encoder",
     "SentenceEncoderPreTrainedModel": "modeling_encoder",
-    "SimCSEModel": "modeling_simcse",
-    "WhitenedCSEModel": "modeling_whitenedcse",
 }
-_MODEL_CLASSES = ("SimCSEModel", "CLSRModel", "WhitenedCSEModel", "CMLMCSEModel")  # the classes AutoModel maps to
 _registered = False
 
 
+def _method_classes() -> dict:
+    """``{name: "module:Name"}`` of the registered methods' classes that live in this package."""
+    return {name: reference for method in METHODS.values() for name, reference in method.classes.items()
+            if reference.startswith(f"{__name__}.")}
+
+
 def __getattr__(name):
-    if name == "MODEL_CLASSES":
-        value = tuple(__getattr__(class_name) for class_name in _MODEL_CLASSES)
-    elif name in _EXPORTS:
-        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-        register_auto_classes()  # a class in hand is a class transformers can find, and save with its code
+    if name == "MODEL_CLASSES":  # the classes AutoModel maps to, one per registered method
+        value = tuple(method.model_class for method in METHODS.values())
+    elif name in _SHARED:
+        value = getattr(import_module(f".{_SHARED[name]}", __name__), name)
+    elif name in _method_classes():
+        value = load_object(_method_classes()[name])
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
+    if name != "MODEL_CLASSES":
+        globals()[name] = value
+    register_auto_classes()  # a class in hand is a class transformers can find, and save with its code
     return value
 
 
-def register_auto_classes() -> None:
-    """Register every csekit config with ``AutoConfig`` and model with ``AutoModel``, and mark them for code export
+def register_method(method) -> None:
+    """Register one method's config with ``AutoConfig`` and model with ``AutoModel``, marked for code export
     (``auto_map`` in saved configs). Idempotent."""
+    from transformers import AutoConfig, AutoModel
+
+    model_class = method.model_class
+    config_class = model_class.config_class
+    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    AutoModel.register(config_class, model_class, exist_ok=True)
+    config_class.register_for_auto_class()
+    model_class.register_for_auto_class("AutoModel")
+
+
+def register_auto_classes() -> None:
+    """Register every registered method (:func:`register_method`); methods registered later are registered as they
+    arrive (:func:`csekit.methods.register`). Idempotent."""
     global _registered
     if _registered:
         return
     _registered = True
-    from transformers import AutoConfig, AutoModel
-
-    for model_class in __getattr__("MODEL_CLASSES"):
-        config_class = model_class.config_class
-        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        AutoModel.register(config_class, model_class, exist_ok=True)
-        config_class.register_for_auto_class()
-        model_class.register_for_auto_class("AutoModel")
+    for method in METHODS.values():
+        register_method(method)
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | {"MODEL_CLASSES"})
+    return sorted(set(globals()) | set(_SHARED) | set(_method_classes()) | {"MODEL_CLASSES"})
 
 
-__all__ = ["MODEL_CLASSES", "POOLER_TYPES", "register_auto_classes", *sorted(_EXPORTS)]
+__all__ = ["MODEL_CLASSES", "POOLER_TYPES", "register_auto_classes", "register_method",
+           *sorted(_SHARED), *sorted(_method_classes())]

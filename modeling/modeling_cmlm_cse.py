@@ -59,7 +59,7 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.utils import logging as transformers_logging
 
 from .configuration_cmlm_cse import CMLMCSEConfig
-from .modeling_encoder import SentenceEmbeddingOutput
+from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderForTraining
 from .modeling_simcse import SimCSEModel
 from .packing import PackedSequences, position_offset
 
@@ -233,12 +233,15 @@ class CMLMAuxiliaryNetwork(nn.Module):
         return F.cross_entropy(logits.float(), mlm_labels[selected], reduction="sum") / selected.sum().clamp(min=1)
 
 
-class CMLMCSEForPreTraining(CMLMCSEModel):
+class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
     """Training-time CMLM-CSE: the encoder of :class:`CMLMCSEModel` + :class:`CMLMAuxiliaryNetwork`.
 
     ``forward`` returns the embeddings of every view (for InfoNCE) and, given ``mlm_input_ids``/``mlm_labels``, the
     conditional-MLM loss conditioned on view 0's embedding. Without them it is the plain encoder (``encode`` works).
     """
+
+    published_class = CMLMCSEModel
+    auxiliary_modules = ("auxiliary",)
 
     def __init__(self, config: CMLMCSEConfig):
         super().__init__(config)
@@ -272,14 +275,6 @@ class CMLMCSEForPreTraining(CMLMCSEModel):
         model = super().from_pretrained(*args, **kwargs)
         model.auxiliary.extractor.requires_grad_(False)  # loading materialises parameters that require grad
         return model
-
-    def sentence_encoder(self) -> CMLMCSEModel:
-        """A :class:`CMLMCSEModel` with a copy of this model's encoder (and head) weights, no auxiliary network."""
-        published = CMLMCSEModel(self.config)
-        weights = {k: v for k, v in self.state_dict().items() if not k.startswith("auxiliary.")}
-        published.load_state_dict(weights, strict=True)
-        published.tokenizer = self._tokenizer
-        return published.to(self.device).train(self.training)
 
     def forward(
         self,

@@ -128,8 +128,9 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         head parameter for parameter (names and shapes; the auxiliary training networks aside); otherwise the head
         stays fresh. Logged either way. Returns whether the head was taken."""
         def head_weights(model):
+            auxiliary = tuple(f"{name}." for name in getattr(model, "auxiliary_modules", ()))
             return {key: value for key, value in model.state_dict().items()
-                    if not key.startswith(("encoder.", "auxiliary."))}
+                    if not key.startswith(("encoder.", *auxiliary))}
 
         own, theirs = head_weights(self), head_weights(source)
         if not own:
@@ -163,6 +164,11 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         modules of the saved folder: ``[]`` for the identity, ``None`` when the head is not such a chain. A method
         that overrides :meth:`head` overrides this too."""
         return [] if type(self).head is SentenceEncoderPreTrainedModel.head else None
+
+    def after_optimizer_step(self) -> None:
+        """Called by the trainer once per optimizer step, after the update and before the gradients are cleared:
+        the place for state that follows the weights (a momentum encoder, a moving average, a queue). Nothing by
+        default. Buffers it keeps are part of the checkpoint, so a resumed run continues them exactly."""
 
     def save_pretrained(self, save_directory, *args, **kwargs) -> None:
         """transformers' save, plus the sentence-transformers files when the tokenizer is known (it is for every
@@ -348,3 +354,27 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         if normalize:
             vectors = nn.functional.normalize(vectors, dim=-1)
         return vectors.numpy() if convert_to_numpy else vectors
+
+
+class SentenceEncoderForTraining:
+    """Base of a training-only model: a published sentence encoder (:attr:`published_class`) plus networks used
+    only in training (:attr:`auxiliary_modules`, e.g. CMLM-CSE's conditional-MLM network).
+
+    List it first among the bases, before the published class: ``class XForPreTraining(SentenceEncoderForTraining,
+    XModel)``. Training checkpoints hold the whole training model, so a resume restores the auxiliary networks and
+    their optimizer state; the trainer's final ``save_model`` writes :meth:`sentence_encoder` only, the model users
+    load.
+    """
+
+    published_class: type = None
+    auxiliary_modules: tuple = ()
+
+    def sentence_encoder(self) -> SentenceEncoderPreTrainedModel:
+        """A :attr:`published_class` model with a copy of this model's weights, the auxiliary networks left out."""
+        published = self.published_class(self.config)
+        prefixes = tuple(f"{name}." for name in self.auxiliary_modules)
+        published.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith(prefixes)},
+                                  strict=True)
+        published.tokenizer = self._tokenizer
+        return published.to(self.device).train(self.training)
+

@@ -31,9 +31,202 @@ entry, and every process reads it. The head, a few small matrix products per ste
 every process alike (same seed, same vectors: the result of one process), and the main process writes the outputs.
 """
 
-from csekit.trainers.recipe import CLSRRecipe, main_guard
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Optional
 
-RECIPE = CLSRRecipe(output_dir="outputs/clsr", description=__doc__)
+import torch
+from accelerate import PartialState
+from transformers import AutoConfig, set_seed
+
+from csekit.data import resolve_data_dir
+from csekit.errors import DataError
+from csekit.evaluation.protocol import protocol_record
+from csekit.evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvaluator, format_sts_table
+from csekit.loading import resolve_model_path
+from csekit.methods import Method, get_method
+from csekit.modeling import CLSRConfig, CLSRModel
+from csekit.preflight import (
+    check_model_inputs,
+    check_not_an_input,
+    check_output_dir,
+    check_resume,
+    find_checkpoint,
+    load_tokenizer,
+    read_model_config,
+)
+from csekit.trainers.arguments import DataArguments, config_kwargs, model_arguments, parse_recipe_args
+from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
+from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
+from csekit.trainers.embedding_cache import EmbeddingCache
+from csekit.trainers.output_dir import RunFolder
+from csekit.trainers.runner import finish_run, main_guard
+from csekit.trainers.trainer import require_finite_weights
+
+
+@dataclass
+class BackboneArguments:
+    random_init: bool = field(default=False, metadata={"help": "Random backbone weights from the config (seeded); "
+                              "then a --model_name_or_path folder holding only config + tokenizer is enough."})
+    random_init_num_layers: Optional[int] = field(
+        default=None, metadata={"help": "With --random_init: override the backbone depth (a smaller random BERT)."}
+    )
+
+
+@dataclass
+class CLSRDataArguments(DataArguments):
+    train_file: str = field(
+        default="nli", metadata={"help": "Positive pairs: nli (SNLI dev+test entailment pairs in the data folder), "
+                                 "stsb (STS-B train pairs scored >= 4, the paper's 1,406), or a sent0,sent1 .csv "
+                                 "(relative paths are also looked up in the data folder)."}
+    )
+    test_overlap: str = field(
+        default="drop", metadata={"choices": ["drop", "keep"], "help": "Pairs sharing a sentence with any of the 7 "
+                                  "STS test sets or STS-B dev: drop (default; counted in eval_results.json) or keep "
+                                  "(the paper's selection as published; scores on those sets are marked "
+                                  "contaminated)."}
+    )
+    cache_dir: Optional[str] = field(
+        default=None, metadata={"help": "Embedding cache folder (default: $CSEKIT_CACHE_DIR or "
+                                "~/.cache/csekit/embeddings)."}
+    )
+    encode_batch_size: int = field(default=128, metadata={"help": "Sentences per frozen-encoder forward pass."})
+    torch_threads: Optional[int] = field(
+        default=None, metadata={"help": "CPU threads for torch (default: torch's choice; 1 is often faster on a "
+                                "machine shared with other jobs)."}
+    )
+
+
+@dataclass
+class CLSRRecipe:
+    """CLSR's recipe: a head trained on cached vectors of a frozen encoder (this module's docstring says how). It has
+    the contrastive recipes' shape (``argument_types``, ``parse``, ``build_model``, ``main``) and their end of run
+    (:func:`~csekit.trainers.runner.finish_run`); its training loop is :class:`~csekit.trainers.clsr.CLSRTrainer`,
+    not a ``Trainer``."""
+
+    method: Method
+    description: Optional[str] = None
+    config_class = CLSRConfig
+
+    @property
+    def output_dir(self) -> str:
+        return self.method.output_dir
+
+    def argument_types(self) -> tuple:
+        return (model_arguments(CLSRConfig), BackboneArguments, CLSRDataArguments, CLSRTrainingArguments)
+
+    def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
+        return parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description, prog)
+
+    def build_model(self, args, backbone: BackboneArguments, seed: int) -> CLSRModel:
+        options = config_kwargs(args, CLSRConfig)
+        set_seed(seed)  # e's initialisation (and a random backbone's) draw from the global generator
+        if not backbone.random_init:
+            if backbone.random_init_num_layers is not None:
+                raise DataError("--random_init_num_layers needs --random_init true")
+            path = resolve_model_path(args.model_name_or_path)
+            tokenizer = load_tokenizer(args.model_name_or_path, path)
+            check_model_inputs(args.model_name_or_path, read_model_config(path), tokenizer, None, "--max_seq_length")
+            model = CLSRModel.from_encoder(path, **options)
+        else:  # a config (and tokenizer) is all a random backbone needs
+            path = resolve_model_path(args.model_name_or_path, require_weights=False)
+            tokenizer = load_tokenizer(args.model_name_or_path, path)
+            encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
+            if backbone.random_init_num_layers is not None:
+                encoder_config.num_hidden_layers = backbone.random_init_num_layers
+            model = CLSRModel(CLSRConfig(encoder_config=encoder_config.to_dict(), **options))
+            model.config.name_or_path = path
+        model.tokenizer = tokenizer
+        return model
+
+    def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> None:
+        run_clsr_recipe(self, *self.parse(argv, prog))
+
+
+def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, training_args) -> None:
+    """Pool the pairs' sentences once (cached), train the head, keep the best e by STS-B dev, save the model and
+    score the 7 STS test sets for the base encoder alone and with CLSR (see ``recipes/clsr.py``)."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if data_args.torch_threads:
+        torch.set_num_threads(data_args.torch_threads)
+    # without a GPU (or other accelerator) the processes of a multi-process launch join one gloo group on CPU
+    state = PartialState(cpu=not torch.accelerator.is_available())
+    if not state.is_main_process:  # every process trains the same head; one writes the logs
+        training_args = dataclasses.replace(training_args, report_to="none")
+    check_not_an_input(training_args.output_dir, "--output_dir", [model_args.model_name_or_path])
+    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=state.is_main_process)
+    resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # resumed by train()
+    accepted = check_resume(resume, training_args.run_record(), training_args.resume_accept_changes) if resume else []
+    check_output_dir(EmbeddingCache(data_args.cache_dir).cache_dir, "--cache_dir")
+    data_dir = resolve_data_dir(data_args.data_dir)
+    dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
+    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
+    model = recipe.build_model(model_args, backbone_args, training_args.seed).to(state.device)
+    held_out = held_out_sentences(data_dir)
+    first, second = load_positive_pairs(data_args.train_file, data_dir)
+    limit = data_args.max_train_samples  # the first N pairs, before the held-out filter
+    corpus = build_pair_corpus(first[:limit], second[:limit], held_out, drop=data_args.test_overlap == "drop")
+    require_full_batch(corpus, training_args.per_device_train_batch_size)  # before any pooling
+    dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
+    if dev_overlap:
+        logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))
+    folder.acquire(lock=state.is_main_process)
+    try:
+        run_clsr_training(folder, model, corpus, held_out, dev, test, state, model_args, backbone_args, data_args,
+                          training_args, {"checkpoint": resume, "accepted_changes": accepted} if accepted else None)
+    finally:
+        folder.release()
+
+
+def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, state, model_args, backbone_args,
+                      data_args, training_args, resume: Optional[dict] = None) -> None:
+    """:func:`run_clsr_recipe` once everything is checked and the output folder is held."""
+    cache = EmbeddingCache(data_args.cache_dir)
+    start = time.perf_counter()
+    train_entry = cache.get(model, corpus.sentences, data_args.encode_batch_size, across_processes=True)
+    dev_vectors = cache.get(model, dev.sentences(), data_args.encode_batch_size, across_processes=True).vectors
+    dev_evaluator = CachedSTSEvaluator(dev, dev_vectors)
+    pooling_seconds = time.perf_counter() - start
+    logging.info("%d pairs over %d sentences (%d dropped: they share a sentence with a held-out set); train cache %s "
+                 "(%s)", len(corpus.pairs), len(corpus.sentences), corpus.dropped, train_entry.path, train_entry.status)
+    trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator,
+                          is_main_process=state.is_main_process)
+    summary = trainer.train()
+    test_vectors = (cache.get(model, test.sentences(), data_args.encode_batch_size, across_processes=True).vectors
+                    if test else None)
+    if not state.is_main_process:
+        return
+    require_finite_weights(model, "the final model")
+    with folder.keeping_trained_model():
+        model.save_pretrained(folder.staging)  # model, arguments and scores appear in output_dir together
+        model.tokenizer.save_pretrained(folder.staging)
+        record = {
+            "model": training_args.output_dir, "base_model": model_args.model_name_or_path,
+            "pooler": model.config.pooler_type, "train_data": data_args.train_file,
+            "test_overlap": data_args.test_overlap, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
+            "overlap_pairs": corpus.overlap, "contaminated": corpus.contaminated,
+            "pooling_seconds": round(pooling_seconds, 1), "train_cache": train_entry.status, **summary,
+            "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
+        }
+        table = None
+        if test is not None:
+            test_evaluator = CachedSTSEvaluator(test, test_vectors)
+            record["base_sts"], record["sts_aggregations"] = test_evaluator(), test_evaluator.evaluate(model.mlp)
+            record["sts"] = record["sts_aggregations"][test.aggregation]
+            record["protocol"] = protocol_record(model.config.pooler_type, test)
+            clsr_row = f"+ CLSR ({data_args.train_file})"
+            rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
+                    clsr_row: record["sts"]}
+            table = format_sts_table(rows, title="STS test (Spearman x100)",
+                                     contaminated={clsr_row: corpus.contaminated})
+        arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
+                         training_args=training_args, **({"resume": resume} if resume else {}))
+        finish_run(folder.staging, training_args.output_dir, arguments, record, table)
+
+
+RECIPE = CLSRRecipe(get_method("clsr"), description=__doc__)
 main = RECIPE.main
 
 if __name__ == "__main__":

@@ -21,25 +21,10 @@ The paper's ablations are flags:
            --fusion_init next_layers: MiniLM has 6), --fusion_init top_layers / random
 """
 
-from dataclasses import dataclass, field
-
-from csekit.modeling import CMLMCSEForPreTraining
-from csekit.trainers import CMLMCSECollator, CMLMCSETrainer
-from csekit.trainers.cmlm_cse import CONTRASTIVE_AUGMENTATIONS, contrastive_augmentation
-from csekit.trainers.recipe import ContrastiveRecipe, main_guard
-
-
-@dataclass
-class AugmentationArguments:
-    """Text augmentations of the contrastive side (paper Table 3): data settings, not model settings."""
-
-    contrastive_augmentation: str = field(
-        default="none",
-        metadata={"help": f"Augmentation of the positive view (Table 3): {', '.join(CONTRASTIVE_AUGMENTATIONS)}."},
-    )
-    word_repetition_rate: float = field(
-        default=0.32, metadata={"help": "Share of words repeated by --contrastive_augmentation word_repetition."}
-    )
+from csekit.methods import get_method
+from csekit.trainers.augmentations import AugmentationArguments, contrastive_augmentation
+from csekit.trainers.cmlm_cse import CMLMCSECollator
+from csekit.trainers.runner import ContrastiveRecipe, main_guard
 
 
 def make_collator(tokenizer, model, data_args, augmentation: AugmentationArguments) -> CMLMCSECollator:
@@ -48,8 +33,8 @@ def make_collator(tokenizer, model, data_args, augmentation: AugmentationArgumen
                            padding_free=data_args.padding_free)
 
 
-RECIPE = ContrastiveRecipe(CMLMCSEForPreTraining, CMLMCSETrainer, output_dir="outputs/cmlm_cse",
-                           extra_arguments=AugmentationArguments, make_collator=make_collator, description=__doc__)
+RECIPE = ContrastiveRecipe(get_method("cmlm_cse"), extra_arguments=AugmentationArguments, make_collator=make_collator,
+                           description=__doc__)
 main = RECIPE.main
 
 if __name__ == "__main__":

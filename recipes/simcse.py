@@ -8,11 +8,10 @@ Defaults are the paper's unsupervised setting: bert-base-uncased, wiki1m, 1 epoc
 A .csv train file (sent0,sent1[,hard_neg]) switches to supervised SimCSE.
 """
 
-from csekit.modeling import SimCSEModel
-from csekit.trainers import SimCSETrainer
-from csekit.trainers.recipe import ContrastiveRecipe, main_guard
+from csekit.methods import get_method
+from csekit.trainers.runner import ContrastiveRecipe, main_guard
 
-RECIPE = ContrastiveRecipe(SimCSEModel, SimCSETrainer, output_dir="outputs/simcse", description=__doc__)
+RECIPE = ContrastiveRecipe(get_method("simcse"), description=__doc__)
 main = RECIPE.main
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ The paper's ablations are flags:
   --whitening_gradient, --inference_representation.
 """
 
-from csekit.modeling import WhitenedCSEModel
-from csekit.trainers import WhitenedCSETrainer
-from csekit.trainers.recipe import ContrastiveRecipe, main_guard
+from csekit.methods import get_method
+from csekit.trainers.runner import ContrastiveRecipe, main_guard
 
-RECIPE = ContrastiveRecipe(WhitenedCSEModel, WhitenedCSETrainer, output_dir="outputs/whitenedcse", description=__doc__)
+RECIPE = ContrastiveRecipe(get_method("whitenedcse"), description=__doc__)
 main = RECIPE.main
 
 if __name__ == "__main__":

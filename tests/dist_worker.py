@@ -31,7 +31,7 @@ from accelerate import PartialState
 
 from conftest import fixed_masks
 from csekit.errors import DataError
-from csekit.trainers.recipe import ContrastiveRecipe, run_recipe
+from csekit.trainers.runner import ContrastiveRecipe, run_recipe
 
 
 class Record:

@@ -11,6 +11,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel
 
+from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 from csekit.errors import DataError
 from csekit.evaluation.sts import STS_TASKS, CachedSTSEvaluator, STSEvaluator, load_sts_task
 from csekit.modeling import CLSRConfig, CLSRModel, nt_xent_loss
@@ -25,7 +26,6 @@ from csekit.trainers.clsr_data import (
 )
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.lars import LARS, lars_param_groups
-from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 
 NO_HELD_OUT = HeldOutSentences({})
 SENTENCES = [f"sentence number {i} about a {animal} that {verb} ." for i, (animal, verb) in enumerate(
@@ -460,9 +460,7 @@ def test_recipe_help_lists_flags():
 def test_recipe_seed_fixes_the_head_initialisation(tokenizer, tmp_path):
     from transformers import BertModel
 
-    from csekit.recipes.clsr import RECIPE
-    from csekit.trainers.recipe import BackboneArguments
-
+    from csekit.recipes.clsr import RECIPE, BackboneArguments
     BertModel(tiny_bert_config()).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     args = RECIPE.argument_types()[0](model_name_or_path=str(tmp_path))

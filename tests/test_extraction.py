@@ -9,6 +9,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoModel, PreTrainedTokenizerFast
 
+from conftest import REPO_ROOT, tiny_bert_config
 from csekit.cli import main
 from csekit.data import read_reference_corpus
 from csekit.errors import DataError
@@ -26,7 +27,6 @@ from csekit.extraction.settings import TEMPLATES
 from csekit.extraction.static_models import AveragedStaticSource, MixedSource, RandomEmbeddingSource
 from csekit.loading import resolve_device
 from csekit.modeling.pooling import pool
-from tests.conftest import REPO_ROOT, tiny_bert_config
 
 SENTENCES = [
     "a man is playing a guitar .",

@@ -18,7 +18,7 @@ from torch import nn
 from conftest import recipe_flags
 from csekit.errors import DataError
 from csekit.modeling import losses
-from csekit.trainers.recipe import run_recipe
+from csekit.trainers.runner import run_recipe
 
 
 def train_recording(method: str, backbone: Path, corpus: Path, output_dir: Path, monkeypatch, *extra) -> dict:

@@ -201,7 +201,7 @@ def test_failed_end_of_run_keeps_the_previous_model_and_the_trained_weights(tiny
     capsys.readouterr()
     with monkeypatch.context() as patch:
         if fault == "disk full at the commit":
-            patch.setattr("csekit.trainers.recipe.commit_files", fail_commit)
+            patch.setattr("csekit.trainers.runner.commit_files", fail_commit)
             assert cli.main(base + ["--seed", "8"]) == 2
             [line] = capsys.readouterr().err.strip().splitlines()[-1:]
             assert line.startswith(f"csekit: error: no space left on device while writing the final model to {out}; "

@@ -20,8 +20,8 @@ from transformers import BertForMaskedLM, BertModel, RobertaForMaskedLM
 
 from conftest import REPO_ROOT, tiny_bert_config, tiny_roberta_config
 from csekit.evaluation.sts import STSEvaluator
+from csekit.trainers.arguments import configs_dir, shipped_configs
 from csekit.trainers.data import load_training_dataset
-from csekit.trainers.recipe import configs_dir, shipped_configs
 
 PAPER_DIR = REPO_ROOT / "recipes" / "configs" / "paper"
 BASE_HIDDEN = 768  # bert-base / roberta-base

@@ -25,7 +25,7 @@ import torch
 from transformers import TrainerCallback
 
 from conftest import REPO_ROOT, BoundedProcess, fixed_masks, load_weights, recipe_flags, run_bounded
-from csekit.trainers.recipe import run_recipe
+from csekit.trainers.runner import run_recipe
 
 STEPS = 6
 

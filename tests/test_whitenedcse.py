@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel, BertConfig, RobertaConfig
 
+from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 from csekit.errors import DataError
 from csekit.modeling import WhitenedCSEConfig, WhitenedCSEModel
 from csekit.modeling.losses import (
@@ -23,7 +24,6 @@ from csekit.modeling.losses import (
 )
 from csekit.modeling.whitening import GroupWhitening, whitening_matrices
 from csekit.trainers import WhitenedCSETrainer
-from tests.conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 
 
 def correlated(*shape, seed=0):
@@ -207,7 +207,7 @@ def test_config_rejects_bad_values(overrides, message):
 
 def test_recipe_reports_bad_config_as_one_line_error(minilm_path, capsys):
     from csekit.recipes.whitenedcse import RECIPE
-    from csekit.trainers.recipe import main_guard
+    from csekit.trainers.runner import main_guard
 
     def build(argv):
         RECIPE.build_model(str(minilm_path), RECIPE.parse(argv)[0])

@@ -1,4 +1,5 @@
-"""CMLM-CSE training: the masking collator, the contrastive-side augmentations of the paper's Table 3, the trainer.
+"""CMLM-CSE training: the masking collator and the trainer (the contrastive-side augmentations of the paper's
+Table 3 are :mod:`.augmentations`).
 
 Paper: Zhang & Chen, "CMLM-CSE: Based on Conditional MLM Contrastive Learning for Sentence Embeddings".
 
@@ -18,64 +19,15 @@ Example::
     trainer.save_model("out")  # the encoder + pooler only; checkpoints keep the auxiliary network
 """
 
-import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
-from transformers.trainer import TRAINING_ARGS_NAME
 
 from ..errors import DataError
 from ..modeling import CMLMCSEConfig
 from ..modeling.modeling_cmlm_cse import IGNORE_INDEX
 from .collators import ContrastiveCollator
 from .simcse import SimCSETrainer
-
-CONTRASTIVE_AUGMENTATIONS = ("none", "word_repetition", "drop_one_word")
-
-
-@dataclass
-class WordRepetition:
-    """Repeat ``rate`` of the words of each sentence in place (paper: "repeating 32% of the words").
-
-    The sentence is split on whitespace; ``max(1, round(rate * n_words))`` distinct words are duplicated.
-    """
-
-    rate: float = 0.32
-
-    def __call__(self, sentences: list, view_index: int, randoms: list) -> list:
-        augmented = []
-        for sentence, rng in zip(sentences, randoms, strict=True):
-            words = sentence.split()
-            repeated = set(rng.sample(range(len(words)), max(1, round(self.rate * len(words))))) if words else ()
-            augmented.append(" ".join(f"{word} {word}" if i in repeated else word for i, word in enumerate(words)))
-        return augmented
-
-
-@dataclass
-class DropOneWord:
-    """Delete one random word of each sentence (sentences of one word are kept as they are)."""
-
-    def __call__(self, sentences: list, view_index: int, randoms: list) -> list:
-        augmented = []
-        for sentence, rng in zip(sentences, randoms, strict=True):
-            words = sentence.split()
-            if len(words) > 1:
-                del words[rng.randrange(len(words))]
-            augmented.append(" ".join(words))
-        return augmented
-
-
-def contrastive_augmentation(name: str, word_repetition_rate: float = 0.32):
-    """The collator ``augment`` callable for a Table 3 setting (``None`` for ``"none"``)."""
-    if name not in CONTRASTIVE_AUGMENTATIONS:
-        choices = ", ".join(CONTRASTIVE_AUGMENTATIONS)
-        raise DataError(f"unknown contrastive augmentation {name!r}; choose one of {choices}")
-    if name == "word_repetition":
-        if not 0 < word_repetition_rate <= 1:
-            raise DataError(f"word_repetition_rate must be in (0, 1], got {word_repetition_rate}")
-        return WordRepetition(word_repetition_rate)
-    return DropOneWord() if name == "drop_one_word" else None
 
 
 @dataclass
@@ -146,7 +98,8 @@ class CMLMCSETrainer(SimCSETrainer):
     """Trains :class:`~csekit.modeling.CMLMCSEForPreTraining`: SimCSE's InfoNCE + ``mlm_weight`` x conditional MLM.
 
     Checkpoints hold the whole training model (auxiliary network included, so ``resume_from_checkpoint`` restores
-    fusioner, head and their optimizer state); the final :meth:`save_model` writes only the publishable encoder.
+    fusioner, head and their optimizer state); the final ``save_model`` writes only the publishable encoder (the
+    model is a :class:`~csekit.modeling.SentenceEncoderForTraining`).
     """
 
     data_columns = (("sent0",),)  # unsupervised sentences: two dropout views and the masked copy of one sentence
@@ -165,14 +118,3 @@ class CMLMCSETrainer(SimCSETrainer):
             mlm = mlm * masked * self.accelerator.num_processes / all_masked
         total = config.contrastive_weight * contrastive + config.mlm_weight * mlm
         return {"loss": total, "contrastive": contrastive, "mlm": mlm}
-
-    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
-        if _internal_call:  # a training checkpoint: keep the auxiliary network
-            return super().save_model(output_dir, _internal_call)
-        output_dir = output_dir or self.args.output_dir
-        if self.args.should_save:
-            os.makedirs(output_dir, exist_ok=True)
-            self.accelerator.unwrap_model(self.model).sentence_encoder().save_pretrained(output_dir)
-            if self.processing_class is not None:
-                self.processing_class.save_pretrained(output_dir)
-            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))

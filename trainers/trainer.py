@@ -11,12 +11,14 @@ from typing import Optional
 import torch
 from huggingface_hub import HfApi
 from transformers import Trainer, TrainerCallback
+from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
+from ..modeling.modeling_encoder import SentenceEncoderForTraining
 from ..preflight import RUN_RECORD, checkpoint_problem
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
@@ -57,6 +59,17 @@ class CollatorEpoch(TrainerCallback):
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.collator.set_epoch(math.floor(state.epoch + 1e-6))  # a resumed run starts inside an epoch
+
+
+class OptimizerStepHook(TrainerCallback):
+    """Calls the model's ``after_optimizer_step`` once per optimizer step (after the update, before the gradients
+    are cleared; once per update with gradient accumulation): momentum encoders, moving averages, queues."""
+
+    def __init__(self, trainer: "ContrastiveTrainer"):
+        self.trainer = trainer
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.trainer.accelerator.unwrap_model(self.trainer.model).after_optimizer_step()
 
 
 class NumericProgressCallback(ProgressCallback):
@@ -122,6 +135,7 @@ class ContrastiveTrainer(Trainer):
             self.add_callback(NumericProgressCallback)
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
+        self.add_callback(OptimizerStepHook(self))
         self.sts_evaluator = sts_evaluator
         self.eval_batch_size = eval_batch_size
         self._component_sums = defaultdict(float)
@@ -246,6 +260,21 @@ class ContrastiveTrainer(Trainer):
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
         self.accelerator.wait_for_everyone()
+
+    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
+        """The Trainer's save; for a training-only model (:class:`~csekit.modeling.SentenceEncoderForTraining`) the
+        final save writes its published sentence encoder, while checkpoints (``_internal_call``) keep the whole
+        training model."""
+        model = self.accelerator.unwrap_model(self.model)
+        if _internal_call or not isinstance(model, SentenceEncoderForTraining):
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        if self.args.should_save:
+            os.makedirs(output_dir, exist_ok=True)
+            model.sentence_encoder().save_pretrained(output_dir)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
     def run_record(self) -> dict:
         return run_record(self.accelerator.unwrap_model(self.model).config.model_type, self.args)

@@ -2,7 +2,7 @@
 
 Every reproduced number comes from the folder's ``eval_results.json`` (written by the recipe runner and by the
 card's own geometry evaluation); hyperparameters come from ``config.json`` and ``training_args.json`` (the JSON
-twin of ``training_args.bin`` written by :func:`csekit.trainers.recipe.run_recipe`; the pickle is never read). The
+twin of ``training_args.bin`` written by :func:`csekit.trainers.runner.run_recipe`; the pickle is never read). The
 papers' numbers live in the per-family templates of ``model_cards/`` as the *paper* rows, with their source.
 
     card = render_model_card("outputs/simcse", repo_id="me/simcse-minilm")   # a huggingface_hub.ModelCard
@@ -22,18 +22,22 @@ from ..atomic import write_json, write_text
 from ..errors import DataError
 from ..evaluation.sts import STS_COLUMNS, STS_TASKS
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
+from ..methods import method_of_model_type
 from ..modeling import SentenceEncoderConfig
 from ..preflight import check_output_file, load_tokenizer
 from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES, alignment_uniformity_figure, training_curve_figure
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
-FAMILY_TEMPLATES = {
-    "csekit-simcse": "simcse.md",
-    "csekit-whitenedcse": "whitenedcse.md",
-    "csekit-cmlm-cse": "cmlm_cse.md",
-    "csekit-clsr": "clsr.md",
-}
 GENERIC_TEMPLATE = "generic.md"
+
+
+def card_template(model_type: str) -> str:
+    """The template of ``model_cards/`` for a config's ``model_type``: the registered method's card (paper rows,
+    equations), or the generic card for any other encoder."""
+    method = method_of_model_type(model_type)
+    return method.card if method is not None else GENERIC_TEMPLATE
+
+
 # SentEval's STS test sets -> the MTEB tasks that contain them (a training set that overlaps one overlaps the other)
 SENTEVAL_TO_MTEB = {"STSBenchmark": "STSBenchmark", "SICKRelatedness": "SICK-R",
                     **{f"STS{year}": f"STS{year}" for year in range(12, 17)}}
@@ -185,7 +189,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(MODEL_CARDS_DIR), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
     )
-    template = environment.get_template(FAMILY_TEMPLATES.get(config.model_type, GENERIC_TEMPLATE))
+    template = environment.get_template(card_template(config.model_type))
     comparison = folder / COMPARISON_FILE
     # save_pretrained writes the sentence-transformers files exactly when the model's inference allows them
     st_problem = None if (folder / "modules.json").is_file() else NO_SENTENCE_TRANSFORMERS
@@ -272,6 +276,6 @@ def write_model_card(
 
 
 __all__ = [
-    "FAMILY_TEMPLATES", "MODEL_CARDS_DIR", "evaluate_figure", "load_eval_record", "render_model_card",
+    "card_template", "MODEL_CARDS_DIR", "evaluate_figure", "load_eval_record", "render_model_card",
     "write_model_card",
 ]

@@ -1,0 +1,188 @@
+"""The method registry: the one place that declares csekit's training methods.
+
+Every list of methods in the library and in the tests derives from :data:`METHODS`: the classes ``csekit``,
+``csekit.modeling`` and ``csekit.trainers`` export, the configs and models ``AutoConfig`` / ``AutoModel`` find,
+``csekit train``'s choices, the model-card templates, and every test parametrized over methods (the conformance
+suite, ``tests/test_conformance.py``). A new method is its own files (config, model, trainer, recipe, card) plus one
+:class:`Method` entry here (``docs/add-a-method.md``).
+
+Classes are named as ``"package.module:Name"`` strings and imported on first use, so reading the registry costs no
+torch (``csekit --help`` lists the methods in a fraction of a second).
+"""
+
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Optional
+
+
+def load_object(reference: str):
+    """The object a ``"package.module:Name"`` reference names (imported now)."""
+    module, _, name = reference.partition(":")
+    return getattr(import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One training method: its files, its defaults and what it can do.
+
+    Args:
+        name: ``csekit train NAME`` and the recipe ``accelerate launch -m csekit.recipes.NAME``; the default output
+            folder is ``outputs/NAME``.
+        paper: the paper the method reproduces (authors, year, title).
+        config: the ``PretrainedConfig`` subclass (``"module:Class"``); its fields are the recipe's method flags.
+        model: the published model class, the one ``AutoModel`` maps the config to.
+        trainer: the class that trains it (a ``ContrastiveTrainer`` subclass, or CLSR's head trainer).
+        recipe: the recipe module; it defines ``RECIPE`` and ``main``.
+        card: the model-card template, a file of ``model_cards/`` (paper rows, equations).
+        training_model: the class trained when it is not ``model`` (a training-only network around it, whose
+            checkpoints keep the auxiliary parts and whose final save is ``model``).
+        exports: further public classes of the method (``"module:Class"``), exported as its classes are.
+        packing: the method trains on packed (padding-free) batches where the backbone allows it.
+        mixed_precision: ``--bf16`` / ``--fp16`` autocast apply to its training.
+        processes: how several processes relate to one: ``"global"`` (N processes with batch B train exactly what
+            one process with batch N x B trains), ``"per-process whitening"`` (the same, but each process whitens its
+            own batch, as the authors' code does).
+        gradient_caching: ``--mini_batch_size`` applies to it.
+        stochastic: the random draws of its training, ``{label: recipe flags that turn it on}``; resuming after a
+            kill must repeat every one of them exactly.
+        test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8.
+        test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
+    """
+
+    name: str
+    paper: str
+    config: str
+    model: str
+    trainer: str
+    recipe: str
+    card: str
+    training_model: Optional[str] = None
+    exports: tuple = ()
+    packing: bool = True
+    mixed_precision: bool = True
+    processes: str = "global"
+    gradient_caching: bool = False
+    stochastic: dict = field(default_factory=lambda: {"dropout": ()})
+    test_flags: tuple = ()
+    test_data: str = "sentences"
+
+    @property
+    def config_class(self) -> type:
+        return load_object(self.config)
+
+    @property
+    def model_class(self) -> type:
+        return load_object(self.model)
+
+    @property
+    def training_model_class(self) -> type:
+        return load_object(self.training_model or self.model)
+
+    @property
+    def trainer_class(self) -> type:
+        return load_object(self.trainer)
+
+    @property
+    def recipe_module(self):
+        return import_module(self.recipe)
+
+    @property
+    def output_dir(self) -> str:
+        return f"outputs/{self.name}"
+
+    @property
+    def classes(self) -> dict:
+        """``{public name: "module:Name"}`` of every class the method exports."""
+        references = (self.config, self.model, *((self.training_model,) if self.training_model else ()),
+                      self.trainer, *self.exports)
+        return {reference.partition(":")[2]: reference for reference in references}
+
+
+METHODS: dict = {}
+
+
+def register(method: Method) -> Method:
+    """Add ``method`` to :data:`METHODS` (a name is registered once). Its config and model are registered with
+    ``AutoConfig`` / ``AutoModel`` too, at once when csekit's Auto registration already ran."""
+    if method.name in METHODS:
+        raise ValueError(f"a method named {method.name!r} is already registered")
+    METHODS[method.name] = method
+    import sys
+
+    modeling = sys.modules.get("csekit.modeling")  # (it may be importing this module right now)
+    if getattr(modeling, "_registered", False):
+        modeling.register_method(method)
+    return method
+
+
+def get_method(name: str) -> Method:
+    """The registered method ``name`` (a :class:`KeyError` naming the registered ones otherwise)."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise KeyError(f"no method {name!r}; registered: {', '.join(METHODS)}") from None
+
+
+def method_of_model_type(model_type: str) -> Optional[Method]:
+    """The registered method whose config has ``model_type`` (imports the configs), or ``None``."""
+    return next((method for method in METHODS.values() if method.config_class.model_type == model_type), None)
+
+
+# ------------------------------------------------------------------------------------------------ the methods
+register(Method(
+    name="simcse",
+    paper="Gao, Yao & Chen, 2021, SimCSE: Simple Contrastive Learning of Sentence Embeddings",
+    config="csekit.modeling.configuration_simcse:SimCSEConfig",
+    model="csekit.modeling.modeling_simcse:SimCSEModel",
+    trainer="csekit.trainers.simcse:SimCSETrainer",
+    recipe="csekit.recipes.simcse",
+    card="simcse.md",
+    stochastic={"dropout": ()},
+    test_flags=("--pooler_type", "cls"),
+))
+register(Method(
+    name="whitenedcse",
+    paper="Zhuo et al., 2023, WhitenedCSE: Whitening-based Contrastive Learning of Sentence Embeddings",
+    config="csekit.modeling.configuration_whitenedcse:WhitenedCSEConfig",
+    model="csekit.modeling.modeling_whitenedcse:WhitenedCSEModel",
+    trainer="csekit.trainers.whitenedcse:WhitenedCSETrainer",
+    recipe="csekit.recipes.whitenedcse",
+    card="whitenedcse.md",
+    processes="per-process whitening",
+    stochastic={"shuffled groups": (), "dropout positives": ("--positive_source", "dropout")},
+    # 16 groups of 2 channels: fewer channels per group than the tests' per-process batches
+    test_flags=("--pooler_type", "cls", "--num_groups", "16"),
+))
+register(Method(
+    name="cmlm_cse",
+    paper="Zhang & Chen, 2023, CMLM-CSE: Based on Conditional MLM Contrastive Learning for Sentence Embeddings",
+    config="csekit.modeling.configuration_cmlm_cse:CMLMCSEConfig",
+    model="csekit.modeling.modeling_cmlm_cse:CMLMCSEModel",
+    training_model="csekit.modeling.modeling_cmlm_cse:CMLMCSEForPreTraining",
+    trainer="csekit.trainers.cmlm_cse:CMLMCSETrainer",
+    exports=("csekit.trainers.cmlm_cse:CMLMCSECollator",),
+    recipe="csekit.recipes.cmlm_cse",
+    card="cmlm_cse.md",
+    stochastic={"mlm masks": (), "word repetition": ("--contrastive_augmentation", "word_repetition"),
+                "drop one word": ("--contrastive_augmentation", "drop_one_word")},
+    # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder
+    test_flags=("--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"),
+))
+register(Method(
+    name="clsr",
+    paper="Qiu, Ding & Chen, Contrastive Learning of Sentence Representations",
+    config="csekit.modeling.configuration_clsr:CLSRConfig",
+    model="csekit.modeling.modeling_clsr:CLSRModel",
+    trainer="csekit.trainers.clsr:CLSRTrainer",
+    exports=("csekit.trainers.clsr:CLSRTrainingArguments",),
+    recipe="csekit.recipes.clsr",
+    card="clsr.md",
+    packing=False,  # the frozen encoder runs once per sentence (cached); the head trains on vectors
+    mixed_precision=False,  # the head's few small matrix products run in float32
+    stochastic={"pair order": ()},
+    test_flags=("--num_train_epochs", "3", "--per_device_train_batch_size", "16", "--warmup_epochs", "1",
+                "--eval_epochs", "1"),
+    test_data="pairs",
+))
+
+__all__ = ["METHODS", "Method", "get_method", "load_object", "method_of_model_type", "register"]

@@ -1,0 +1,360 @@
+"""A recipe's flags and how they are read: YAML + command line into dataclasses, checked before any work.
+
+A recipe's method flags are its model config's fields: :func:`model_arguments` turns the ``@strict`` config class
+(defaults = the paper's, help = the config docstring's ``Args:`` entry) into an ``HfArgumentParser`` dataclass, so
+a setting is declared once, in ``modeling/``. The shared vocabulary of the recipes:
+
+* model: ``--model_name_or_path`` (a local folder, ``all-MiniLM-L6-v2`` or a Hub id) + the config fields;
+* data (:class:`DataArguments`): ``--train_file`` (a local ``.txt``/``.csv``, a name the recipe knows, or a Hub
+  dataset), ``--data_dir``, ``--do_test_eval``, ``--overwrite_output_dir``;
+* training: ``transformers.TrainingArguments`` (``--output_dir``, ``--seed``, ``--report_to``, ...).
+
+Bad input ends with one line and exit status 2 (the one-line :class:`RecipeArgumentParser`, :mod:`csekit.preflight`).
+"""
+
+import argparse
+import dataclasses
+import inspect
+import json
+import re
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+import yaml
+from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
+
+from ..atomic import write_text
+from ..data import DATA_DIR_HELP
+from ..errors import DataError, OneLineUsageErrors
+from ..loading import ARGUMENTS_FILE
+from ..options import positive_int
+from ..preflight import backbone_table, check_finite_groups, check_training_arguments
+
+
+# ------------------------------------------------------------------------------------------------ method flags
+def docstring_arguments(cls) -> dict:
+    """``{name: help}`` from the ``Args:`` sections of ``cls`` and its bases (the subclass's entry wins)."""
+    helps = {}
+    for klass in cls.__mro__:
+        doc = inspect.getdoc(klass) or ""
+        section = re.search(r"^Args:\n((?:(?: {4}.*)?\n?)*)", doc, flags=re.M)
+        if not section:
+            continue
+        for name, text in re.findall(r"^ {4}(\w+): (.*(?:\n {8}.*)*)", section.group(1), flags=re.M):
+            helps.setdefault(name, " ".join(text.split()))
+    return helps
+
+
+def config_fields(config_class) -> list:
+    """The method settings of a csekit config class: its dataclass fields below ``PreTrainedConfig``, without the
+    nested backbone config (the recipe loads the backbone from ``--model_name_or_path``)."""
+    inherited = {f.name for f in dataclasses.fields(PreTrainedConfig)}
+    return [f for f in dataclasses.fields(config_class) if f.name not in inherited and f.name != "encoder_config"]
+
+
+def model_arguments(config_class, name: Optional[str] = None, default_model: str = "bert-base-uncased") -> type:
+    """An ``HfArgumentParser`` dataclass: ``model_name_or_path`` plus one flag per field of ``config_class``."""
+    helps = docstring_arguments(config_class)
+    fields = [("model_name_or_path", str, field(default=default_model, metadata={
+        "help": "Backbone: a local folder, 'all-MiniLM-L6-v2', or a Hub id (downloaded through the Hugging Face cache)."
+    }))]
+    for config_field in config_fields(config_class):
+        if config_field.name not in helps:
+            raise TypeError(f"{config_class.__name__}.{config_field.name} has no entry in the docstring's Args:")
+        default = config_field.default
+        if isinstance(default, (list, dict)):
+            default = field(default_factory=lambda value=default: type(value)(value))
+        fields.append((config_field.name, config_field.type, field(
+            default=default, metadata={"help": helps[config_field.name]}
+        ) if not isinstance(default, dataclasses.Field) else default))
+    return dataclasses.make_dataclass(name or config_class.__name__.replace("Config", "Arguments"), fields)
+
+
+def config_kwargs(model_args, config_class) -> dict:
+    """The config fields of a parsed :func:`model_arguments` instance, ready for ``from_encoder(**kwargs)``."""
+    return {f.name: getattr(model_args, f.name) for f in config_fields(config_class)}
+
+
+# ------------------------------------------------------------------------------------------------ shipped configs
+def configs_dir() -> Path:
+    """The YAML configurations shipped with the recipes (``recipes/configs`` = ``csekit.recipes/configs``)."""
+    from importlib.resources import files
+
+    return Path(str(files("csekit.recipes") / "configs"))
+
+
+def shipped_configs() -> list:
+    folder = configs_dir()
+    return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
+
+
+def resolve_recipe_config(name: str) -> Optional[Path]:
+    """A YAML file: ``name`` as a path, else a configuration shipped with csekit (``quickstart``,
+    ``paper/whitenedcse_bert_base``, with or without ``.yaml``); ``None`` when neither exists."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = configs_dir() / (name if name.endswith(".yaml") else f"{name}.yaml")
+    return shipped if shipped.is_file() else None
+
+
+# ------------------------------------------------------------------------------------------------ shared flags
+# sizes and lengths, in whichever recipe has them: below 1 they are never meant (a length of 0 would silently mean
+# "no truncation", a batch of 0 fail after the data and model are loaded)
+POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch_size", "max_train_samples")
+
+
+@dataclass
+class DataArguments:
+    train_file: str = field(
+        default="wiki/wiki1m_for_simcse.txt",
+        metadata={"help": "Training data: a .txt (one sentence a line, unsupervised), a .csv (sent0,sent1[,hard_neg], "
+                  "supervised), or a Hub dataset id (columns as for the .csv, or one 'text' column). Relative paths "
+                  "are also looked up in the data folder."},
+    )
+    max_train_samples: Optional[int] = field(
+        default=None, metadata={"help": "Train on the first N examples of --train_file only (file order; the rest "
+                                "of the file is not read)."}
+    )
+    data_dir: Optional[str] = field(
+        default=None, metadata={"help": DATA_DIR_HELP}
+    )
+    do_test_eval: bool = field(default=True, metadata={"help": "Score the final model on the 7 STS test sets."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Also write into an existing --output_dir that is not a csekit output folder "
+                                 "(its top-level files are replaced by the model's)."}
+    )
+
+
+@dataclass
+class ContrastiveDataArguments(DataArguments):
+    max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
+    padding_free: bool = field(default=True, metadata={
+        "help": "Pack each batch's real tokens into one row, no padding (same math, less work); false pads."})
+    eval_sickr: bool = field(default=False, metadata={"help": "Also score SICK-R trial during training."})
+
+
+@dataclass
+class CSETrainingArguments(TrainingArguments):
+    """TrainingArguments with the SimCSE paper's defaults."""
+
+    output_dir: str = field(default="outputs/simcse", metadata={"help": "Where checkpoints and the model go."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs."})
+    per_device_train_batch_size: int = field(default=64, metadata={"help": "Batch size per process."})
+    learning_rate: float = field(default=3e-5, metadata={"help": "Peak learning rate (linear decay)."})
+    eval_strategy: str = field(default="steps", metadata={"help": "When to score STS-B dev."})
+    eval_steps: float = field(default=125, metadata={"help": "Score STS-B dev every N steps."})
+    save_steps: float = field(default=125, metadata={"help": "Checkpoint every N steps (must match eval_steps)."})
+    save_total_limit: Optional[int] = field(default=2, metadata={"help": "Checkpoints kept (best one always kept)."})
+    load_best_model_at_end: bool = field(default=True, metadata={"help": "Keep the best STS-B dev checkpoint."})
+    metric_for_best_model: Optional[str] = field(default="STSBenchmark", metadata={"help": "Selection metric."})
+    greater_is_better: Optional[bool] = field(default=True, metadata={"help": "Higher metric is better."})
+    logging_steps: float = field(default=10, metadata={"help": "Log losses every N steps."})
+    report_to: Optional[str] = field(default="none", metadata={
+        "help": "'tensorboard' to log there (pip install 'csekit[tensorboard]'); 'none' logs to the console."})
+    resume_from_checkpoint: Optional[str] = field(default=None, metadata={
+        "help": "Continue from 'last' (the newest complete checkpoint in --output_dir) or a checkpoint folder; the "
+                "result equals the uninterrupted run."})
+    resume_accept_changes: bool = field(default=False, metadata={
+        "help": "Resume from a checkpoint made with another per-device batch, number of processes or accumulation "
+                "(refused otherwise: the result is not the uninterrupted run's); training_args.json records it."})
+    push_to_hub: bool = field(default=False, metadata={
+        "help": "Publish the final model to --hub_model_id once, after the test evaluation, as `csekit push` does "
+                "(checkpoints are never pushed)."})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
+    dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
+
+    def __post_init__(self):
+        # A host without a GPU (or other accelerator) trains on CPU. Saying so is also what makes the processes of
+        # `accelerate launch --multi_gpu --num_processes N` join one gloo group; otherwise each trains alone.
+        if not torch.accelerator.is_available():
+            self.use_cpu = True
+        check_training_arguments(self)
+        if self.eval_strategy == "no":  # no evaluation: nothing to select the best checkpoint by
+            self.load_best_model_at_end = False
+        super().__post_init__()
+
+
+class RecipeArgumentParser(OneLineUsageErrors, HfArgumentParser):
+    """``HfArgumentParser`` whose errors (unknown flag, bad value, unknown YAML key) are one line."""
+
+
+# the TrainingArguments flags ``--help`` shows (``--help-all`` shows the other ~150 of transformers too)
+COMMON_TRAINING_FLAGS = (
+    "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+    "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "seed", "bf16", "fp16",
+    "gradient_checkpointing", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
+    "load_best_model_at_end", "metric_for_best_model", "logging_steps", "report_to", "resume_from_checkpoint",
+    "resume_accept_changes",
+    "push_to_hub", "hub_model_id", "dataloader_num_workers",
+)
+HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults)", "data": "data and evaluation",
+               "training": "training (the common flags; --help-all lists every one)"}
+
+
+def group_help(parser: argparse.ArgumentParser, dataclass_types: tuple, show_all: bool) -> None:
+    """Put each argument group's flags under a titled section of ``--help`` and, unless ``show_all``, hide the
+    TrainingArguments flags that are not in :data:`COMMON_TRAINING_FLAGS`."""
+    inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
+    owners = {}
+    for cls in dataclass_types:
+        kind = ("training" if cls.__name__.endswith("TrainingArguments")
+                else "data" if issubclass(cls, DataArguments) else "model")
+        for item in dataclasses.fields(cls):
+            owners.setdefault(item.name, HELP_GROUPS[kind])
+    groups = {title: parser.add_argument_group(title) for title in dict.fromkeys(owners.values())}
+    default_group = parser._action_groups[1]  # argparse's "options" section, where HfArgumentParser put them all
+    for action in list(default_group._group_actions):
+        name = action.dest
+        if name not in owners:
+            continue
+        if not show_all and name in inherited and name not in COMMON_TRAINING_FLAGS and action.help is not None:
+            action.help = argparse.SUPPRESS
+        default_group._group_actions.remove(action)
+        groups[owners[name]]._group_actions.append(action)
+
+
+def yaml_value(parser: argparse.ArgumentParser, dataclass_types: tuple, path: Path, key: str, value):
+    """A ``--config`` value as the flag's own parser would take it from the command line: its type and choices are
+    applied (argparse does not check defaults), so a list, a mapping or a word where a number goes is one line."""
+    action = next((item for item in parser._actions if item.dest == key), None)
+    if action is None:
+        return value
+    if value is None:
+        # the class annotations: HfArgumentParser rewrites Field.type (Optional[X] becomes X) when it builds flags
+        annotation = next((str(hints[key]) for hints in map(typing.get_type_hints, dataclass_types) if key in hints),
+                          "")
+        if "None" not in annotation and "Optional" not in annotation:  # a flag that always has a value
+            parser.error(f"--config {path}: {key}: null, but it takes a value (default {action.default}); remove the "
+                         "line to keep the default")
+        return value
+    many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+    items = value if many and isinstance(value, list) else [value]
+    if (not many and isinstance(value, list)) or any(isinstance(item, (list, dict)) for item in items):
+        parser.error(f"--config {path}: {key}: expected {'values' if many else 'one value'}, got a "
+                     f"{type(value).__name__}")
+    converted = []
+    for item in items:
+        text = str(item).lower() if isinstance(item, bool) else str(item)
+        try:
+            converted.append(action.type(text) if action.type is not None else item)
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            parser.error(f"--config {path}: {key}: invalid value {item!r}")
+        if action.choices is not None and converted[-1] not in action.choices:
+            parser.error(f"--config {path}: {key}: invalid choice {item!r} (choose from "
+                         f"{', '.join(map(str, action.choices))})")
+    return converted if many else converted[0]
+
+
+def build_recipe_parser(dataclass_types: tuple, defaults: Optional[dict], description: Optional[str],
+                        prog: Optional[str], show_all: bool) -> RecipeArgumentParser:
+    """The recipe's parser: the dataclasses' flags in titled groups (:func:`group_help`), ``--config`` and
+    ``--help-all``, with ``defaults`` (the recipe's own, e.g. its output folder) over the dataclass defaults."""
+    parser = RecipeArgumentParser(dataclass_types, description=description, prog=prog,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    if show_all:
+        parser.epilog = ("backbones (config.json model_type; anything else, decoder-only and encoder-decoder models "
+                         f"included, is refused before any work):\n{backbone_table()}")
+    group_help(parser, dataclass_types, show_all)
+    parser.add_argument("--config", default=None, help="YAML file of arguments, or the name of one shipped with csekit "
+                        f"({', '.join(shipped_configs())}); flags on the command line win.")
+    parser.add_argument("--help-all", action="store_true", help="Show every flag, all of transformers' "
+                        "TrainingArguments included, and exit.")
+    if defaults:
+        parser.set_defaults(**defaults)
+    return parser
+
+
+def pop_config_flag(argv: list) -> Optional[str]:
+    """Remove ``--config VALUE`` from ``argv`` and return ``VALUE`` (``None`` when absent)."""
+    if "--config" not in argv:
+        return None
+    position = argv.index("--config")
+    value = argv[position + 1] if position + 1 < len(argv) else None
+    del argv[position : position + 2]
+    return value
+
+
+def read_config_file(parser: argparse.ArgumentParser, dataclass_types: tuple, name: str) -> dict:
+    """The ``{flag: value}`` of a ``--config`` YAML file (a path or a shipped name), each value typed as its flag
+    (:func:`yaml_value`); anything else is one line through ``parser.error``."""
+    path = resolve_recipe_config(name)
+    if path is None:
+        parser.error(f"--config {name}: no such file (shipped configs: {', '.join(shipped_configs())})")
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        reason = getattr(error, "problem", None) or type(error).__name__
+        parser.error(f"--config {path}: not valid YAML ({where}{reason})")
+    if not isinstance(values, dict):
+        parser.error(f"--config {path}: holds a {type(values).__name__}; write one 'flag: value' line per setting "
+                     "(e.g. learning_rate: 3.0e-5)")
+    known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        parser.error(f"{path}: unknown key(s) {', '.join(unknown)}")
+    return {key: yaml_value(parser, dataclass_types, path, key, value) for key, value in values.items()}
+
+
+def check_sizes(parser: argparse.ArgumentParser, groups: tuple) -> None:
+    """Every float finite (:func:`~csekit.preflight.check_finite_groups`) and every size of :data:`POSITIVE_FLAGS`
+    at least 1."""
+    check_finite_groups(groups)
+    for group in groups:
+        for name in POSITIVE_FLAGS:
+            if getattr(group, name, None) is not None:
+                try:
+                    positive_int(getattr(group, name))
+                except argparse.ArgumentTypeError as error:
+                    parser.error(f"argument --{name}: {error}")
+
+
+def parse_recipe_args(
+    dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
+    description: Optional[str] = None, prog: Optional[str] = None,
+) -> tuple:
+    """Parse ``[--config file.yaml] [--key value ...]``: ``defaults`` (the recipe's own, e.g. its output folder)
+    replace the dataclass defaults, YAML values replace those, command-line flags replace YAML.
+
+    ``--config`` takes a YAML path, or the name of a configuration shipped with csekit (``quickstart``,
+    ``paper/simcse_bert_base``; see :func:`resolve_recipe_config`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_all = "--help-all" in argv
+    argv = ["--help" if item == "--help-all" else item for item in argv]
+    parser = build_recipe_parser(dataclass_types, defaults, description, prog, show_all)
+    config = pop_config_flag(argv)
+    if config:
+        parser.set_defaults(**read_config_file(parser, dataclass_types, config))
+    # the outputs also hold the namespace of --config (declared only for --help) and the leftover strings
+    try:
+        *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    except ValueError as error:  # TrainingArguments' own validation of a value combination (DataError: ours)
+        if isinstance(error, DataError):
+            raise
+        parser.error(str(error).strip().splitlines()[0])
+    if remaining:
+        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    groups = tuple(outputs[: len(dataclass_types)])
+    check_sizes(parser, groups)
+    return groups
+
+
+def write_arguments(output_dir, **groups) -> None:
+    """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
+    record = {name: (value.to_dict() if hasattr(value, "to_dict") else value if isinstance(value, dict)
+                     else dataclasses.asdict(value)) for name, value in groups.items()}
+    write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(record, indent=2, default=str) + "\n")
+
+
+__all__ = [
+    "COMMON_TRAINING_FLAGS", "CSETrainingArguments", "ContrastiveDataArguments", "DataArguments",
+    "RecipeArgumentParser", "build_recipe_parser", "config_fields", "config_kwargs", "configs_dir",
+    "docstring_arguments", "model_arguments", "parse_recipe_args", "read_config_file", "resolve_recipe_config",
+    "shipped_configs", "write_arguments",
+]

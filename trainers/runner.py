@@ -1,0 +1,238 @@
+"""The run of a Trainer-based recipe: checks, data, model, Trainer, save, test scores, publish.
+
+Everything a run needs is checked before its first step (:mod:`csekit.preflight`, the one-line
+:class:`~csekit.trainers.arguments.RecipeArgumentParser`, :class:`~csekit.trainers.output_dir.RunFolder`,
+:func:`main_guard`); the final model appears whole or not at all. ``recipes/simcse.py`` is the smallest recipe.
+"""
+
+import dataclasses
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from huggingface_hub import constants
+from transformers import set_seed
+
+from ..atomic import commit_files, write_json
+from ..data import resolve_data_dir
+from ..errors import DataError, report_errors
+from ..evaluation.protocol import protocol_record
+from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, format_sts_table
+from ..loading import RESULTS_FILE, resolve_model_path
+from ..methods import Method
+from ..preflight import (
+    check_model_inputs,
+    check_not_an_input,
+    check_resume,
+    find_checkpoint,
+    load_tokenizer,
+    read_model_config,
+)
+from .arguments import (
+    ContrastiveDataArguments,
+    CSETrainingArguments,
+    config_kwargs,
+    model_arguments,
+    parse_recipe_args,
+    write_arguments,
+)
+from .collators import ContrastiveCollator, enable_padding_free
+from .data import PAIR_COLUMNS, load_training_dataset
+from .output_dir import RunFolder
+from .trainer import require_finite_weights, run_record
+
+logger = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------ the runner
+@dataclass
+class ContrastiveRecipe:
+    """A Trainer-based recipe (SimCSE, WhitenedCSE, CMLM-CSE): a registered method and how its batches are made.
+
+    Args:
+        method: the registry entry (:class:`~csekit.methods.Method`): the model trained (its config's fields are the
+            method flags), the trainer, the default ``--output_dir`` (``outputs/NAME``).
+        extra_arguments: an optional dataclass of recipe-only flags (data augmentations that are not model
+            settings).
+        make_collator: ``(tokenizer, model, data_args, extra_args) -> collator``; default
+            :class:`ContrastiveCollator` with the model's ``num_views`` (2 when it has none).
+        description: the ``--help`` text (the recipe module's docstring).
+        model_class, trainer_class: the method's training model and trainer unless given (a test may record what
+            a trainer sees with a subclass).
+    """
+
+    method: Method
+    extra_arguments: Optional[type] = None
+    make_collator: Optional[Callable] = None
+    description: Optional[str] = None
+    model_class: Optional[type] = None
+    trainer_class: Optional[type] = None
+
+    def __post_init__(self):
+        self.model_class = self.model_class or self.method.training_model_class
+        self.trainer_class = self.trainer_class or self.method.trainer_class
+
+    @property
+    def config_class(self):
+        return self.model_class.config_class
+
+    @property
+    def output_dir(self) -> str:
+        return self.method.output_dir
+
+    def argument_types(self) -> tuple:
+        types = (model_arguments(self.config_class), ContrastiveDataArguments, CSETrainingArguments)
+        return types + ((self.extra_arguments,) if self.extra_arguments else ())
+
+    def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
+        parsed = parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description,
+                                   prog)
+        return parsed if self.extra_arguments else (*parsed, None)
+
+    def build_model(self, model_path: str, model_args):
+        return self.model_class.from_encoder(model_path, **config_kwargs(model_args, self.config_class))
+
+    def collator(self, tokenizer, model, data_args, extra_args):
+        """The training collator; packed batches (and ``model`` switched to run them) when ``--padding_free`` is on
+        and the backbone can (:func:`~csekit.trainers.collators.enable_padding_free`)."""
+        packed = data_args.padding_free and enable_padding_free(model, tokenizer, data_args.max_seq_length)
+        data_args = dataclasses.replace(data_args, padding_free=packed)
+        if self.make_collator is not None:
+            return self.make_collator(tokenizer, model, data_args, extra_args)
+        views = getattr(model.config, "num_views", 2)
+        return ContrastiveCollator(tokenizer, max_length=data_args.max_seq_length, unsupervised_views=views,
+                                   padding_free=packed)
+
+    def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> dict:
+        model_args, data_args, training_args, extra_args = self.parse(argv, prog)
+        return run_recipe(self, model_args, data_args, training_args, extra_args)
+
+
+def training_curve(log_history: list, dev_task: str = DEV_TASKS[0]) -> list:
+    """``[{"step", "loss"?, "dev"?}]`` from the Trainer's ``log_history``: the logged training loss and the dev
+    score (``eval_<dev_task>``) per step, for the model card's curve."""
+    curve = {}
+    for entry in log_history:
+        values = {"loss": entry.get("loss"), "dev": entry.get(f"eval_{dev_task}")}
+        if entry.get("step") is not None and any(value is not None for value in values.values()):
+            point = curve.setdefault(entry["step"], {"step": entry["step"]})
+            point.update({key: float(value) for key, value in values.items() if value is not None})
+    return [curve[step] for step in sorted(curve)]
+
+
+def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,
+               table: Optional[str] = None) -> None:
+    """The end of every recipe, on the main process, once the model and its tokenizer are saved in ``staging``: the
+    run's argument groups (``training_args.json``) and test record (``eval_results.json``) join them, everything
+    moves into ``output_dir`` together (``config.json`` last, :func:`csekit.atomic.commit_files`), then the test
+    table is printed."""
+    write_arguments(staging, **arguments)
+    if record is not None:
+        write_json(staging / RESULTS_FILE, record)
+    commit_files(staging, output_dir)
+    if table:
+        print(table)
+
+
+def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
+    """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets.
+
+    Everything the run needs is checked before its first step (:mod:`csekit.preflight`): the output folder, the
+    resume target, the evaluation data, the model with its tokenizer, the training data. With ``--push_to_hub
+    --hub_model_id NAME`` the scored folder is then published as ``csekit push`` does.
+
+    Returns:
+        the test results ``{"STS12": ..., "avg": ...}`` (empty if ``do_test_eval`` is off).
+    """
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    publish = training_args.push_to_hub
+    if publish and not (training_args.hub_model_id and data_args.do_test_eval):
+        raise DataError("--push_to_hub needs --hub_model_id namespace/name and the test evaluation (the card's scores)")
+    if publish and constants.is_offline_mode():  # say so now, not after hours of training
+        raise DataError("--push_to_hub: HF_HUB_OFFLINE is set, so the Hub cannot be reached; unset it to push")
+    if training_args.fp16 and training_args.device.type == "cpu":  # accelerate would silently train in float32
+        raise DataError("--fp16 needs a GPU; on CPU use --bf16 true (bfloat16 autocast)")
+    training_args.push_to_hub = False  # the Trainer must not push checkpoints: we publish once, after the test scores
+    check_not_an_input(training_args.output_dir, "--output_dir", [model_args.model_name_or_path])
+    folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=training_args.process_index == 0)
+    resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
+    accepted = (check_resume(resume, run_record(recipe.config_class.model_type, training_args),
+                             training_args.resume_accept_changes) if resume else [])
+    set_seed(training_args.seed)
+    data_dir = resolve_data_dir(data_args.data_dir)
+    dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
+    dev = STSEvaluator(data_dir, dev_tasks, split="dev")
+    test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
+    model_path = resolve_model_path(model_args.model_name_or_path)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
+    check_model_inputs(model_args.model_name_or_path, read_model_config(model_path), tokenizer,
+                       data_args.max_seq_length, "--max_seq_length")
+    global_batch = training_args.per_device_train_batch_size * training_args.world_size
+    train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
+                                          data_args.max_train_samples)
+    columns = tuple(name for name in PAIR_COLUMNS if name in train_dataset.column_names)
+    if columns not in recipe.trainer_class.data_columns:
+        accepted = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
+        raise DataError(f"{data_args.train_file}: columns {','.join(columns)}, but {recipe.method.name} trains on "
+                        f"{accepted} (a .txt is one sentence a line)")
+    model = recipe.build_model(model_path, model_args)
+    model.tokenizer = tokenizer
+    if training_args.torch_compile and data_args.padding_free:
+        logger.info("padding-free training is off, batches are padded: --torch_compile would recompile the packed "
+                    "attention for every batch layout")
+        data_args = dataclasses.replace(data_args, padding_free=False)
+    collator = recipe.collator(tokenizer, model, data_args, extra_args)
+    if hasattr(collator, "draws"):  # its random draws derive from the run's seed (randomness.py)
+        collator.draws.seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
+    trainer = recipe.trainer_class(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+        sts_evaluator=dev,
+    )
+    folder.acquire(lock=trainer.is_world_process_zero())
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+        require_finite_weights(model, "the final model")
+        with folder.keeping_trained_model(trainer.is_world_process_zero()):
+            # the final model, its arguments and test scores are built in the run's staging folder, then appear
+            # together in output_dir
+            trainer.save_model(str(folder.staging))  # on every process (sharded states are gathered); one writes
+            if not trainer.is_world_process_zero():
+                return {}
+            arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
+                             **({"extra_args": extra_args} if extra_args else {}),
+                             **({"resume": {"checkpoint": resume, "accepted_changes": accepted}} if accepted else {}))
+            results = record = table = None
+            if test is not None:
+                scores = test.evaluate(lambda sentences: model.eval().encode(sentences, batch_size=128))
+                results = scores[test.aggregation]
+                record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results,
+                          "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
+                          "training_curve": training_curve(trainer.state.log_history)}
+                table = format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)")
+            finish_run(folder.staging, training_args.output_dir, arguments, record, table)
+    finally:
+        folder.release()
+    if publish:
+        print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
+    return results or {}
+
+
+def main_guard(main: Callable, argv: Optional[list] = None) -> None:
+    """Run a recipe's ``main`` as ``python recipes/X.py`` / ``accelerate launch`` do, in the commands' error boundary
+    (:func:`csekit.errors.report_errors`): bad input ends with one line on stderr and exit status 2."""
+    def run() -> int:
+        main(argv)
+        return 0
+
+    code = report_errors(run)
+    if code:
+        sys.exit(code)
+
+
+__all__ = ["ContrastiveRecipe", "finish_run", "main_guard", "run_recipe", "training_curve"]
