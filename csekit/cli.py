@@ -43,7 +43,10 @@ def add_train_parser(subparsers) -> None:
 def run_train(args) -> int:
     from .methods import get_method
 
-    get_method(args.method).recipe_module.main(args.recipe_args, prog=f"csekit train {args.method}")
+    try:
+        get_method(args.method).recipe_module.main(args.recipe_args, prog=f"csekit train {args.method}")
+    except SystemExit as stop:  # the recipe's parser: --help (0) or a usage error, already printed in one line (2)
+        return stop.code if isinstance(stop.code, int) else 2
     return 0
 
 

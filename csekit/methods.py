@@ -181,7 +181,7 @@ register(Method(
     mixed_precision=False,  # the head's few small matrix products run in float32
     stochastic={"pair order": ()},
     test_flags=("--num_train_epochs", "3", "--per_device_train_batch_size", "16", "--warmup_epochs", "1",
-                "--eval_epochs", "1"),
+                "--eval_epochs", "1", "--save_epochs", "1"),
     test_data="pairs",
 ))
 

@@ -163,12 +163,12 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
     test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
-    model = recipe.build_model(model_args, backbone_args, training_args.seed).to(state.device)
     held_out = held_out_sentences(data_dir)
     first, second = load_positive_pairs(data_args.train_file, data_dir)
     limit = data_args.max_train_samples  # the first N pairs, before the held-out filter
     corpus = build_pair_corpus(first[:limit], second[:limit], held_out, drop=data_args.test_overlap == "drop")
-    require_full_batch(corpus, training_args.per_device_train_batch_size)  # before any pooling
+    require_full_batch(corpus, training_args.per_device_train_batch_size)  # before the model loads
+    model = recipe.build_model(model_args, backbone_args, training_args.seed).to(state.device)
     dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
     if dev_overlap:
         logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))

@@ -163,18 +163,11 @@ def saved_tiny_model(tmp_path_factory, tokenizer):
 
 # ------------------------------------------------------------------------------------------------ tiny recipe runs
 def recipe_flags(method: str) -> list:
-    """The method flags that build each recipe's model on the 2-layer, hidden-32 test backbone.
+    """The method flags that build a recipe's model on the 2-layer, hidden-32 test backbone: the registry's
+    ``test_flags`` (:mod:`csekit.methods`)."""
+    from csekit.methods import get_method
 
-    Tests that train WhitenedCSE or CMLM-CSE through a recipe take their model flags from here only, so a renamed
-    config field is a one-line change.
-    """
-    return {
-        "simcse": ["--pooler_type", "cls"],
-        # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder
-        "cmlm_cse": ["--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"],
-        # 16 groups of 2 channels: smaller than every per-process batch of the tests
-        "whitenedcse": ["--pooler_type", "cls", "--num_groups", "16"],
-    }[method]
+    return list(get_method(method).test_flags)
 
 
 def fixed_masks(collator):

@@ -1,4 +1,4 @@
-"""Worker for tests/test_distributed.py: csekit recipes through their real ``Trainer`` loop, one job after another.
+"""Worker for tests/test_conformance.py: csekit recipes through their real training loops, one job after another.
 
 Launched as ``accelerate launch [--multi_gpu --num_processes N --main_process_port P | --cpu] tests/dist_worker.py
 JOBS.json``. ``JOBS.json`` is a list of ``{"method", "argv", "options"}``; each job runs the recipe
@@ -7,16 +7,14 @@ recipes/<method>.py`` would, with these test-only changes (``options``):
 
 * ``float64``: the model is trained in float64 (with a random tiny encoder, float32 summation order alone moves a
   gradient by ~0.5%; in float64 a real mismatch stands out);
-* ``fixed_masks`` (CMLM-CSE): the collator's random masking is replaced by a rule of the sentence alone
-  (:func:`conftest.fixed_masks`), so one process with 2B sentences and two with B each mask the same tokens;
 * ``whitening_shards`` (WhitenedCSE, one process): the whitening module whitens each of that many consecutive shards
   of the batch with its own statistics and the same random draws, and keeps the running statistics of the first shard
   only: what N processes do (statistics of the local batch, same seed on every rank, DDP broadcasts rank 0's
   buffers).
 
 Every process writes ``<job>/record_rank<r>.json``: the token ids of each training batch it saw, its local loss per
-step and, for CLSR, how many sentences it pooled. A job that raises a ``DataError`` records the message. Every process
-then leaves with ``os._exit`` after a barrier.
+step and, for a method that pools sentences through a frozen encoder first (CLSR), how many it pooled. A job that
+raises a ``DataError`` records the message. Every process then leaves with ``os._exit`` after a barrier.
 """
 
 import dataclasses
@@ -28,9 +26,10 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
+from transformers import Trainer
 
-from conftest import fixed_masks
 from csekit.errors import DataError
+from csekit.methods import get_method
 from csekit.trainers.runner import ContrastiveRecipe, run_recipe
 
 
@@ -89,39 +88,35 @@ class TestRecipe(ContrastiveRecipe):
             whiten_in_shards(model.whitening, self.options.get("whitening_shards") or 1)
         return model.double() if self.options.get("float64") else model
 
-    def collator(self, tokenizer, model, data_args, extra_args):
-        collator = super().collator(tokenizer, model, data_args, extra_args)
-        return fixed_masks(collator) if self.options.get("fixed_masks") else collator
-
 
 def run_contrastive(method: str, argv: list, options: dict, record: Record) -> None:
-    recipe = importlib.import_module(f"csekit.recipes.{method}").RECIPE
+    recipe = get_method(method).recipe_module.RECIPE
     fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(ContrastiveRecipe)}
     fields["trainer_class"] = recording_trainer(recipe.trainer_class, record)
     test_recipe = TestRecipe(**fields, options=options)
     run_recipe(test_recipe, *test_recipe.parse(argv))
 
 
-def run_clsr(argv: list, record: Record) -> None:
-    from csekit.modeling import CLSRModel
-    from csekit.recipes import clsr
-
-    encode_pooled = CLSRModel.encode_pooled
+def run_cached(method: str, argv: list, record: Record) -> None:
+    """A method whose trainer is not a ``Trainer`` (CLSR): its model pools sentences with ``encode_pooled``."""
+    model_class = get_method(method).model_class
+    encode_pooled = model_class.encode_pooled
 
     def counting(self, sentences, *args, **kwargs):
         record.pooled_sentences += len(sentences)
         return encode_pooled(self, sentences, *args, **kwargs)
 
-    CLSRModel.encode_pooled = counting
-    clsr.main(argv)
+    model_class.encode_pooled = counting
+    get_method(method).recipe_module.main(argv)
 
 
 def main(jobs_path: str) -> None:
     for job in json.loads(Path(jobs_path).read_text()):
+        importlib.import_module(job["recipe"])  # a method registered outside csekit registers on import
         record, error = Record(), None
         try:
-            if job["method"] == "clsr":
-                run_clsr(job["argv"], record)
+            if not issubclass(get_method(job["method"]).trainer_class, Trainer):
+                run_cached(job["method"], job["argv"], record)
             else:
                 run_contrastive(job["method"], job["argv"], job.get("options", {}), record)
         except DataError as raised:

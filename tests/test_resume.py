@@ -1,18 +1,15 @@
 """Resuming a recipe from a checkpoint.
 
-* In process, for SimCSE, CMLM-CSE and WhitenedCSE: a run that crashes in step 5 (after checkpoint-4), started again
-  with ``--resume_from_checkpoint last``, begins at step 4 with the checkpoint's optimizer moments and scheduler
-  position, runs only steps 5 and 6, and ends with the uninterrupted run's weights and logs. The backbone has
-  dropout, so the random state must be restored too. CMLM-CSE: the auxiliary network and its optimizer state are in
-  the checkpoint (its masks are a fixed rule here; random masks and augmentations: the next test);
-  WhitenedCSE: the running whitening statistics are.
+* In process: a run that crashes in step 5 (after checkpoint-4), started again with ``--resume_from_checkpoint
+  last``, begins at step 4 with the checkpoint's optimizer moments and scheduler position, runs only steps 5 and 6,
+  and ends with the uninterrupted run's weights, logs and STS-B dev scores. The backbone has dropout, so the random
+  state must be restored too. (Every method and each of its random draws: ``test_conformance.py``.)
 * As a user does it: ``python recipes/simcse.py`` killed with SIGKILL mid-run, then run again with
   ``--resume_from_checkpoint last``, ends with the uninterrupted run's STS-B dev scores and model, without writing
   the checkpoint it resumed from again.
 """
 
 import dataclasses
-import importlib
 import json
 import os
 import signal
@@ -24,7 +21,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from conftest import REPO_ROOT, BoundedProcess, fixed_masks, load_weights, recipe_flags, run_bounded
+from conftest import REPO_ROOT, BoundedProcess, load_weights, recipe_flags, run_bounded
 from csekit.trainers.runner import run_recipe
 
 STEPS = 6
@@ -53,26 +50,21 @@ class Probe(TrainerCallback):
             raise Interrupted  # a crash in the middle of the run, not a clean stop
 
 
-def train(method: str, backbone: Path, corpus: Path, output_dir: Path, *extra, crash_at=None,
-          random_masks: bool = False) -> Probe:
-    recipe = importlib.import_module(f"csekit.recipes.{method}").RECIPE
+def train(backbone: Path, corpus: Path, output_dir: Path, *extra, crash_at=None) -> Probe:
+    """SimCSE through its recipe, STS-B dev every 2 steps (the best-checkpoint selection)."""
+    from csekit.recipes.simcse import RECIPE as recipe
+
     probe = Probe(crash_at)
-    if method == "cmlm_cse" and not random_masks:  # see test_cmlm_cse_random_masks_after_resuming
-        original = recipe
-        recipe = dataclasses.replace(recipe, make_collator=lambda *args: fixed_masks(original.collator(*args)))
 
     class Probed(recipe.trainer_class):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(probe)
 
-    # STS-B dev only for SimCSE (its best-checkpoint selection); the others skip evaluation to stay fast
-    evaluation = ["--eval_steps", 2] if method == "simcse" else ["--eval_strategy", "no", "--load_best_model_at_end",
-                                                                   "false"]
     argv = ["--model_name_or_path", backbone, "--train_file", corpus, "--output_dir", output_dir,
             "--per_device_train_batch_size", 8, "--max_steps", STEPS, "--save_steps", 2, "--save_total_limit", 5,
             "--logging_steps", 1, "--learning_rate", "1e-3", "--max_seq_length", 16, "--do_test_eval", "false",
-            "--seed", 7, *evaluation, *recipe_flags(method), *extra]
+            "--seed", 7, "--eval_steps", 2, *recipe_flags("simcse"), *extra]
     try:
         run_recipe(dataclasses.replace(recipe, trainer_class=Probed), *recipe.parse([str(a) for a in argv]))
     except Interrupted:
@@ -89,23 +81,18 @@ def step_logs(output_dir: Path) -> dict:
     return {h["step"]: h for h in history(output_dir) if "loss" in h and "train_loss" not in h}
 
 
-@pytest.mark.parametrize("method, options", [("simcse", []), ("cmlm_cse", []), ("whitenedcse", []),
-                                             ("whitenedcse", ["--positive_source", "dropout", "--num_positives", "2"])],
-                         ids=["simcse", "cmlm_cse", "whitenedcse", "whitenedcse-dropout-positives"])
-def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupted_one(
-    method, options, tiny_backbone, corpus, tmp_path
-):
+def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupted_one(tiny_backbone, corpus, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
-    uninterrupted = train(method, tiny_backbone, corpus, full, *options)
-    crashed = train(method, tiny_backbone, corpus, cut, *options, crash_at=5)
+    uninterrupted = train(tiny_backbone, corpus, full)
+    crashed = train(tiny_backbone, corpus, cut, crash_at=5)
     assert crashed.steps == [1, 2, 3, 4, 5] and not (cut / "checkpoint-6").exists()
-    resumed = train(method, tiny_backbone, corpus, cut, *options, "--resume_from_checkpoint", "last")
+    resumed = train(tiny_backbone, corpus, cut, "--resume_from_checkpoint", "last")
 
     # the resumed process started from checkpoint-4 and ran steps 5 and 6 only
     assert uninterrupted.start_step == 0 and uninterrupted.steps == list(range(1, STEPS + 1))
     assert resumed.start_step == 4 and resumed.steps == [5, 6]
     # ... with the scheduler at the learning rate the uninterrupted run used in step 5, and Adam moments of 4 steps
-    # for every trainable parameter (CMLM-CSE: the auxiliary network's too)
+    # for every trainable parameter
     full_steps, cut_steps = step_logs(full), step_logs(cut)
     assert resumed.start_lr == pytest.approx(full_steps[5]["learning_rate"], rel=1e-12) != uninterrupted.start_lr
     assert resumed.moments == resumed.trainable and resumed.moment_steps == {4}
@@ -121,42 +108,11 @@ def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupte
     for name, tensor in full_weights.items():
         torch.testing.assert_close(cut_weights[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
 
-    if method == "simcse":  # STS-B dev at steps 2, 4, 6; the final folder holds the best checkpoint
-        scores = [[h["eval_STSBenchmark"] for h in history(d) if "eval_STSBenchmark" in h] for d in (full, cut)]
-        assert len(scores[0]) == 3 and scores[1] == scores[0]
-        best = json.loads((full / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())["best_metric"]
-        assert best == max(scores[0])
-    if method == "cmlm_cse":  # the training checkpoint keeps the auxiliary network; the final model does not
-        checkpoint = load_weights(cut / "checkpoint-4")
-        assert any(name.startswith("auxiliary.fusioner.") for name in checkpoint)
-        assert not any(name.startswith("auxiliary.") for name in load_weights(cut))
-    if method == "whitenedcse":  # running statistics: saved at step 4, restored, equal at the end
-        running = [name for name in full_weights if name.startswith("whitening.") and "running" in name]
-        checkpoint = load_weights(cut / "checkpoint-4")
-        assert len(running) == 2 and checkpoint[running[0]].abs().max() > 0  # trained, not the initial zeros
-        for name in running:
-            assert not torch.equal(checkpoint[name], cut_weights[name])  # steps 5-6 moved them on
-
-
-
-@pytest.mark.parametrize("options", [[], ["--contrastive_augmentation", "word_repetition"],
-                                     ["--contrastive_augmentation", "drop_one_word"]],
-                         ids=["mlm-masks", "word-repetition", "drop-one-word"])
-def test_cmlm_cse_random_draws_after_resuming(options, tiny_backbone, corpus, tmp_path):
-    """Every stochastic option of CMLM-CSE as users run it (random MLM masks, the Table 3 augmentations): the
-    resumed run's first batch is the uninterrupted run's, although transformers collates it before it restores the
-    checkpoint's random state (the collator's draws derive from seed, epoch and example: randomness.py)."""
-    for name, extra in (("full", {}), ("cut", {"crash_at": 5}), ("cut", {})):
-        resume = ("--resume_from_checkpoint", "last") if name == "cut" and not extra else ()
-        train("cmlm_cse", tiny_backbone, corpus, tmp_path / name, *options, *resume, random_masks=True, **extra)
-    full_steps, cut_steps = step_logs(tmp_path / "full"), step_logs(tmp_path / "cut")
-    for step in (5, 6):
-        for key in ("loss", "loss_mlm", "loss_contrastive", "grad_norm"):
-            assert cut_steps[step][key] == pytest.approx(full_steps[step][key], rel=1e-5), (step, key)
-    full_weights, cut_weights = load_weights(tmp_path / "full" / "checkpoint-6"), load_weights(tmp_path / "cut" /
-                                                                                                "checkpoint-6")
-    for name, tensor in full_weights.items():
-        torch.testing.assert_close(cut_weights[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
+    # STS-B dev at steps 2, 4, 6; the final folder holds the best checkpoint
+    scores = [[h["eval_STSBenchmark"] for h in history(d) if "eval_STSBenchmark" in h] for d in (full, cut)]
+    assert len(scores[0]) == 3 and scores[1] == scores[0]
+    best = json.loads((full / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())["best_metric"]
+    assert best == max(scores[0])
 
 
 def test_recipe_killed_mid_run_resumes_to_the_uninterrupted_result(tiny_backbone, corpus, tmp_path):

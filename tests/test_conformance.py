@@ -1,0 +1,368 @@
+"""The conformance suite: every method of the registry (:data:`csekit.methods.METHODS`) through the same checks.
+
+Each test is parametrized over the registry when the suite is collected, so a newly registered method is covered with
+no edit here (``test_registry.py`` registers a throwaway method and runs this module on it). What a method cannot do
+is a capability of its registry entry, and the test says so when it skips.
+
+* train through its recipe on a tiny backbone, save; load with ``AutoModel`` (csekit imported) and with
+  ``trust_remote_code`` in an interpreter without csekit, ``SentenceTransformer(folder)`` where the folder has the
+  sentence-transformers layout; all equal to ``model.encode``;
+* ``csekit card`` and ``csekit push --dry-run``: no local path, no pickle among the files;
+* packed and padded batches train to the same weights (``packing``);
+* a run crashed right after its first checkpoint and resumed with ``--resume_from_checkpoint last`` ends with the
+  uninterrupted run's weights, for every random draw of the method (``stochastic``; the backbone has dropout);
+* ``--bf16`` (``--fp16`` on a GPU): the encoder computes in half precision, the losses and the whitening stay float32
+  (``mixed_precision``);
+* 2 processes equal 1 (``processes``), launched once for every method (``dist_worker.py``);
+* bad input: one line, exit status 2, nothing written.
+"""
+
+import contextlib
+import dataclasses
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from transformers import Trainer
+
+from conftest import BoundedProcess, free_ports, load_weights, run_isolated_python, save_tiny_backbone
+from csekit import cli
+from csekit.methods import METHODS, Method
+from csekit.trainers.arguments import config_fields
+
+SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell today."]
+STEPS = 4  # checkpoints at steps 2 and 4
+WORKER = Path(__file__).with_name("dist_worker.py")
+
+
+def methods(capability: str = None) -> list:
+    """The registered methods as parameters (``capability``: an attribute of :class:`Method`; a method without it
+    is a skipped case that says why)."""
+    cases = []
+    for method in METHODS.values():
+        marks = ([pytest.mark.skip(reason=f"{method.name}: {capability} is not one of its capabilities")]
+                 if capability and not getattr(method, capability) else [])
+        cases.append(pytest.param(method, id=method.name, marks=marks))
+    return cases
+
+
+def stochastic_cases() -> list:
+    return [pytest.param(method, flags, id=f"{method.name}-{label.replace(' ', '-')}")
+            for method in METHODS.values() for label, flags in method.stochastic.items()]
+
+
+def trains_with_trainer(method: Method) -> bool:
+    """A ``Trainer``-based method (the others, CLSR's head trainer, take their schedule from ``test_flags``)."""
+    return issubclass(method.trainer_class, Trainer)
+
+
+def recipe_argv(method: Method, backbone: Path, data: dict, output_dir: Path, *extra, steps: int = STEPS,
+                batch: int = 8) -> list:
+    """The flags of a tiny run of ``method``'s recipe: its registry ``test_flags`` on the tests' backbone."""
+    argv = ["--model_name_or_path", backbone, "--train_file", data[method.test_data], "--output_dir", output_dir,
+            "--do_test_eval", "false", "--seed", 7]
+    if trains_with_trainer(method):
+        argv += ["--per_device_train_batch_size", batch, "--max_steps", steps, "--save_steps", 2, "--eval_strategy",
+                 "no", "--load_best_model_at_end", "false", "--logging_steps", 1, "--learning_rate", "1e-3",
+                 "--max_seq_length", 16, "--disable_tqdm", "true", "--report_to", "none"]
+    else:
+        argv += ["--cache_dir", output_dir.parent / f"{output_dir.name}-cache"]
+    return [str(item) for item in [*argv, *method.test_flags, *extra]]
+
+
+def train(method: Method, argv: list, trainer_class=None, model_hook=None) -> None:
+    """Run ``method``'s recipe in this process; a Trainer-based recipe may get a test subclass of its trainer and a
+    hook on the model it builds."""
+    recipe = method.recipe_module.RECIPE
+    if trainer_class is None and model_hook is None:
+        recipe.main(argv)
+        return
+    from csekit.trainers.runner import run_recipe
+
+    build_model = recipe.build_model
+
+    def hooked(model_path, model_args):
+        model = build_model(model_path, model_args)
+        return model_hook(model) if model_hook else model
+
+    changed = dataclasses.replace(recipe, trainer_class=trainer_class or recipe.trainer_class)
+    object.__setattr__(changed, "build_model", hooked)
+    run_recipe(changed, *changed.parse(argv))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, corpus, data_dir) -> dict:
+    """The training data of the tests' runs: 96 sentences, or 64 entailment pairs."""
+    pairs = tmp_path_factory.mktemp("pairs") / "pairs.csv"
+    nli = (data_dir / "nli" / "snli_devtest_pairs.tsv").read_text().splitlines()[1:]
+    entailed = [line.split("\t")[1:3] for line in nli if line.endswith("\tentailment")][:64]
+    pairs.write_text("sent0,sent1\n" + "".join(f'"{a}","{b}"\n' for a, b in entailed))
+    return {"sentences": corpus, "pairs": pairs}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_backbone, data) -> dict:
+    """``{method name: output folder}`` of one uninterrupted run per method, made on first use."""
+    folders = {}
+
+    def get(method: Method) -> Path:
+        if method.name not in folders:
+            folder = tmp_path_factory.mktemp(method.name) / "out"
+            train(method, recipe_argv(method, tiny_backbone, data, folder, "--do_test_eval", "true"))
+            folders[method.name] = folder
+        return folders[method.name]
+
+    return get
+
+
+def assert_same_weights(reference: dict, other: dict, rtol: float = 1e-5, atol: float = 1e-7) -> None:
+    assert reference.keys() == other.keys()
+    for name, tensor in reference.items():
+        torch.testing.assert_close(other[name], tensor, rtol=rtol, atol=atol, msg=name)
+
+
+# ------------------------------------------------------------------------------------------------ publishing
+@pytest.mark.parametrize("method", methods())
+def test_saved_model_loads_with_automodel_remote_code_and_sentence_transformers(method, trained, tmp_path):
+    from transformers import AutoModel
+
+    folder = trained(method)
+    model = AutoModel.from_pretrained(folder)
+    assert type(model) is method.model_class  # the published model, never a training-only one
+    expected = model.encode(SENTENCES)
+    np.save(tmp_path / "expected.npy", np.asarray(expected))
+    has_st = (folder / "modules.json").is_file()
+    code = (
+        "import numpy as np\nfrom transformers import AutoModel\n"
+        f"model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True)\n"
+        f"assert type(model).__name__ == {method.model_class.__name__!r}\n"
+        f"got = np.asarray(model.encode({SENTENCES!r}))\n"
+        f"assert np.abs(got - np.load({str(tmp_path / 'expected.npy')!r})).max() <= 1e-6\n"
+        + (("from sentence_transformers import SentenceTransformer\n"
+            f"got = SentenceTransformer({str(folder)!r}, device='cpu').encode({SENTENCES!r})\n"
+            f"assert np.abs(got - np.load({str(tmp_path / 'expected.npy')!r})).max() <= 1e-5\n") if has_st else "")
+        + "print('ok')\n"
+    )
+    result = run_isolated_python(code, tmp_path)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+    if not has_st:  # the card says why the folder has no sentence-transformers layout
+        assert cli.main(["card", str(folder), "--figure", "never"]) == 0
+        assert "no modules.json" in (folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize("method", methods())
+def test_card_and_push_dry_run_publish_no_local_path_and_no_pickle(method, trained, tmp_path, capsys):
+    from csekit.publishing.hub import publishable_copy
+
+    folder = trained(method)
+    assert cli.main(["card", str(folder), "--figure", "never", "--repo-id", "org/name"]) == 0
+    assert 'from_pretrained("org/name"' in (folder / "README.md").read_text()
+    capsys.readouterr()
+    assert cli.main(["push", str(folder), "org/name", "--dry-run"]) == 0
+    files = capsys.readouterr().out.split()
+    assert {"config.json", "README.md"} <= set(files) and any(name.endswith(".safetensors") for name in files)
+    assert not [name for name in files if name.endswith((".bin", ".pt", ".pkl", ".pickle", ".pth"))]
+    published = tmp_path / "published"
+    publishable_copy(folder, files, published)  # what the upload sends
+    for name in files:
+        if (published / name).suffix in (".json", ".md", ".txt", ".py"):
+            text = (published / name).read_text(encoding="utf-8")
+            assert str(tmp_path.parent.parent) not in text and "/tmp/" not in text, name
+
+
+# ------------------------------------------------------------------------------------------------ training
+@pytest.mark.parametrize("method", methods("packing"))
+def test_packed_and_padded_batches_train_to_the_same_weights(method, tmp_path, tokenizer, data):
+    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)  # same draws in both layouts
+    for layout in ("true", "false"):  # SGD: Adam's first steps would turn rounding in near-zero gradients into +-lr
+        train(method, recipe_argv(method, backbone, data, tmp_path / layout, "--padding_free", layout, "--optim",
+                                  "sgd", steps=2))
+    packed, padded = (load_weights(tmp_path / layout) for layout in ("true", "false"))
+    assert_same_weights(padded, packed, rtol=1e-4, atol=1e-6)  # float32 attention over other layouts
+    start = load_weights(backbone)
+    assert any(not torch.equal(packed[f"encoder.{name}"], tensor) for name, tensor in start.items())  # it trained
+
+
+class Crash(Exception):
+    """A crash right after the first checkpoint appeared."""
+
+
+@contextlib.contextmanager
+def crash_after_first_checkpoint():
+    """Raise :class:`Crash` just after the first ``checkpoint-*`` folder is moved into place, wherever csekit's
+    trainers move one (they all use :func:`csekit.atomic.move_into_place`)."""
+    from csekit import atomic
+
+    original = atomic.move_into_place
+
+    def moving(source, destination):
+        result = original(source, destination)
+        if Path(destination).name.startswith("checkpoint-"):
+            raise Crash(Path(destination).name)
+        return result
+
+    patched = [module for name, module in sys.modules.items()
+               if name.startswith("csekit") and getattr(module, "move_into_place", None) is original]
+    for module in patched:
+        module.move_into_place = moving
+    try:
+        yield
+    finally:
+        for module in patched:
+            module.move_into_place = original
+
+
+@pytest.mark.parametrize("method, flags", stochastic_cases())
+def test_a_run_resumed_after_a_crash_ends_like_the_uninterrupted_one(method, flags, trained, tiny_backbone, data,
+                                                                     tmp_path):
+    uninterrupted = trained(method) if not flags else tmp_path / "full"
+    if flags:
+        train(method, recipe_argv(method, tiny_backbone, data, uninterrupted, *flags))
+    crashed = tmp_path / "crashed"
+    with crash_after_first_checkpoint(), pytest.raises(Crash):
+        train(method, recipe_argv(method, tiny_backbone, data, crashed, *flags))
+    assert not (crashed / "config.json").exists()
+    train(method, recipe_argv(method, tiny_backbone, data, crashed, *flags, "--resume_from_checkpoint", "last"))
+    assert_same_weights(load_weights(uninterrupted), load_weights(crashed))
+
+
+@pytest.mark.parametrize("precision", [
+    "bf16", pytest.param("fp16", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 needs a GPU"))])
+@pytest.mark.parametrize("method", methods("mixed_precision"))
+def test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32(method, precision, tiny_backbone, data,
+                                                                              tmp_path):
+    seen = defaultdict(set)
+
+    def record(what):
+        def hook(module, inputs, output):
+            if module.training:
+                seen[what].add(output.dtype)
+        return hook
+
+    def hooked(model):
+        for module in model.encoder.modules():
+            if isinstance(module, nn.Linear):
+                module.register_forward_hook(record("encoder"))
+        if hasattr(model, "whitening"):  # whitening computes in float32, outside autocast
+            model.whitening.register_forward_hook(record("whitening"))
+        return model
+
+    class Recording(method.trainer_class):
+        def compute_losses(self, model, outputs, inputs):
+            components = super().compute_losses(model, outputs, inputs)
+            seen["embeddings"].add(outputs.embeddings.dtype)
+            seen["losses"].update(value.dtype for value in components.values())
+            return components
+
+    train(method, recipe_argv(method, tiny_backbone, data, tmp_path / "out", f"--{precision}", "true", steps=2),
+          trainer_class=Recording, model_hook=hooked)
+    assert seen["encoder"] == {torch.bfloat16 if precision == "bf16" else torch.float16}
+    assert seen["embeddings"] == seen["losses"] == {torch.float32}
+    assert seen.get("whitening", {torch.float32}) == {torch.float32}
+    history = json.loads((tmp_path / "out" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    assert all(np.isfinite(entry["loss"]) for entry in history if "loss" in entry)
+
+
+# ------------------------------------------------------------------------------------------------ processes
+BATCH = 4  # per process; one process gets 2 * BATCH
+LAUNCH_TIMEOUT = 480
+
+
+def launch(jobs: list, jobs_file: Path, num_processes: int, port=None) -> BoundedProcess:
+    jobs_file.write_text(json.dumps(jobs))
+    # On a CPU-only host `--multi_gpu` is what starts N processes (`--cpu --num_processes 2` silently runs one);
+    # the recipes' training arguments then put them in one gloo group
+    mode = ["--multi_gpu", "--main_process_port", port] if num_processes > 1 else ["--cpu"]
+    command = [sys.executable, "-m", "accelerate.commands.launch", *mode, "--num_processes", num_processes,
+               "--num_machines", 1, "--mixed_precision", "no", "--dynamo_backend", "no", WORKER, jobs_file]
+    return BoundedProcess(command, LAUNCH_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory, tokenizer, data) -> Path:
+    """Every registered method trained by 2 processes with batch B and by 1 process with batch 2B (float64, dropout
+    off), the two launches at once; per-process whitening also by 1 process whitening each half alone. Each job
+    records its batches and losses (``dist_worker.py``)."""
+    root = tmp_path_factory.mktemp("processes")
+    backbone = save_tiny_backbone(root / "backbone", tokenizer, dropout=0.0)
+    two, one = [], []
+    for method in METHODS.values():
+        # the whitening computes in float32, whose rounding Adam's first steps turn into +-lr for near-zero
+        # gradients: plain SGD and temperature 1 keep the comparison at rounding level
+        extra = ("--optim", "sgd", "--temperature", "1.0") if method.processes == "per-process whitening" else ()
+
+        def job(name, batch, **options):
+            argv = recipe_argv(method, backbone, data, root / name / "out", *extra, steps=2, batch=batch)
+            return {"method": method.name, "recipe": method.recipe, "argv": argv,
+                    "options": {"float64": trains_with_trainer(method), **options}}
+
+        two.append(job(f"{method.name}-2", BATCH))
+        one.append(job(f"{method.name}-1", 2 * BATCH))
+        if method.processes == "per-process whitening":
+            one.append(job(f"{method.name}-1-shards", 2 * BATCH, whitening_shards=2))
+    port = free_ports(1)[0]
+    processes = [launch(two, root / "two.json", 2, port), launch(one, root / "one.json", 1)]
+    try:
+        for process in processes:
+            process.wait()
+    finally:
+        for process in processes:
+            process.kill()
+    return root
+
+
+def records(run: Path) -> list:
+    found = [json.loads(path.read_text()) for path in sorted(run.glob("record_rank*.json"))]
+    assert [r["num_processes"] for r in found] == [len(found)] * len(found) and all(r["error"] is None for r in found)
+    return found
+
+
+@pytest.mark.parametrize("method", methods())
+def test_two_processes_train_what_one_process_trains_with_the_whole_batch(method, launched):
+    name = method.name
+    (single,), ranks = records(launched / f"{name}-1" / "out"), records(launched / f"{name}-2" / "out")
+    assert len(ranks) == 2, "the two processes did not form one group (each trained alone as rank 0)"
+    if not trains_with_trainer(method):  # every process pools a share of the cache, then trains the same head
+        assert 0 < ranks[0]["pooled_sentences"] < single["pooled_sentences"]
+        assert ranks[0]["pooled_sentences"] + ranks[1]["pooled_sentences"] == single["pooled_sentences"]
+        assert_same_weights(load_weights(launched / f"{name}-1" / "out"), load_weights(launched / f"{name}-2" / "out"),
+                            rtol=0, atol=1e-5)
+        return
+    reference = f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1"
+    (single,) = records(launched / reference / "out")
+    for step in range(2):  # rows [0:B] and [B:2B] of one process's batch of 2B, in order
+        assert ranks[0]["batches"][step] + ranks[1]["batches"][step] == single["batches"][step]
+    averaged = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]
+    assert averaged == pytest.approx(single["losses"], rel=1e-6)
+    assert single["losses"][1] != pytest.approx(single["losses"][0], rel=1e-6)  # the first step moved the model
+    one, two = (load_weights(launched / run / "out" / "checkpoint-2") for run in (reference, f"{name}-2"))
+    # float64 (a float32 whitening inside): 1 and 2 processes sum the gradient in another order
+    assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def bad_inputs(method: Method, tmp_path: Path) -> dict:
+    float_flag = next(f.name for f in config_fields(method.config_class) if f.type is float)
+    return {
+        "unknown flag": (["--no_such_flag", "1"], "unrecognized arguments: --no_such_flag 1"),
+        "a word for a number": ([f"--{float_flag}", "abc"], f"argument --{float_flag}: invalid float value: 'abc'"),
+        "not finite": ([f"--{float_flag}", "nan"], f"--{float_flag}"),
+        "no such config": (["--config", str(tmp_path / "missing.yaml")], "no such file"),
+        "a missing train file": (["--train_file", str(tmp_path / "missing.txt")], "missing.txt"),
+    }
+
+
+@pytest.mark.parametrize("method", methods())
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(method, tiny_backbone, tmp_path, capsys):
+    output = tmp_path / "out"
+    for case, (flags, message) in bad_inputs(method, tmp_path).items():
+        argv = ["train", method.name, "--model_name_or_path", str(tiny_backbone), "--output_dir", str(output), *flags]
+        assert cli.main(argv) == 2, case
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (case, lines)
+        assert not output.exists(), case

@@ -1,0 +1,163 @@
+"""The method registry (csekit/methods.py) is the one list of methods: every list in the library derives from it, and a
+method registered from outside csekit, with no other edit, is exported, trainable, publishable and covered by the
+conformance suite."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, load_weights
+from csekit.methods import METHODS, Method, get_method, register
+
+
+def test_every_list_of_methods_in_the_library_is_the_registry():
+    from transformers import AutoConfig, AutoModel
+
+    import csekit
+    import csekit.modeling
+    import csekit.trainers
+    from csekit.cli import recipe_names
+    from csekit.publishing.model_card import MODEL_CARDS_DIR, card_template
+
+    assert recipe_names() == list(METHODS)
+    for method in METHODS.values():
+        for name, reference in method.classes.items():
+            assert name in csekit.__all__ and getattr(csekit, name).__name__ == name, name
+            package = "csekit.modeling" if reference.startswith("csekit.modeling.") else "csekit.trainers"
+            assert name in sys.modules[package].__all__, (package, name)
+        config_class = method.config_class
+        assert method.model_class in csekit.modeling.MODEL_CLASSES
+        assert type(AutoConfig.for_model(config_class.model_type)) is config_class
+        assert AutoModel._model_mapping[config_class] is method.model_class
+        assert card_template(config_class.model_type) == method.card and (MODEL_CARDS_DIR / method.card).is_file()
+        recipe = method.recipe_module.RECIPE
+        assert recipe.method is method and recipe.output_dir == f"outputs/{method.name}"
+        assert Path(REPO_ROOT / "recipes" / f"{method.name}.py").is_file()  # accelerate launch recipes/NAME.py
+
+
+def test_a_name_is_registered_once_and_an_unknown_one_is_named():
+    with pytest.raises(ValueError, match="already registered"):
+        register(METHODS["simcse"])
+    with pytest.raises(KeyError, match="registered: simcse"):
+        get_method("nope")
+
+
+PLUGIN = '''
+"""A method defined outside csekit: its model files beside csekit's own modeling files (csekit.modeling's path), its
+trainer and recipe here, one registry entry."""
+
+import csekit.modeling
+
+csekit.modeling.__path__.append({modeling!r})
+
+from csekit.methods import Method, register  # noqa: E402
+from csekit.trainers.runner import ContrastiveRecipe, main_guard  # noqa: E402
+from csekit.trainers.simcse import SimCSETrainer  # noqa: E402
+
+
+class ThrowawayTrainer(SimCSETrainer):
+    """SimCSE's loss; the model counts its optimizer steps (``after_optimizer_step``)."""
+
+
+METHOD = register(Method(
+    name="throwaway", paper="none (a test)", card="simcse.md", recipe=__name__,
+    config="csekit.modeling.configuration_throwaway:ThrowawayConfig",
+    model="csekit.modeling.modeling_throwaway:ThrowawayModel",
+    trainer=f"{{__name__}}:ThrowawayTrainer", test_flags=("--pooler_type", "cls"),
+))
+RECIPE = ContrastiveRecipe(METHOD, description="A throwaway method.")
+main = RECIPE.main
+
+if __name__ == "__main__":
+    main_guard(main)
+'''
+CONFIGURATION = '''
+from .configuration_simcse import SimCSEConfig
+
+
+class ThrowawayConfig(SimCSEConfig):
+    model_type = "csekit-throwaway"
+'''
+MODELING = '''
+import torch
+
+from .configuration_throwaway import ThrowawayConfig
+from .modeling_simcse import SimCSEModel
+
+
+class ThrowawayModel(SimCSEModel):
+    config_class = ThrowawayConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.register_buffer("optimizer_steps", torch.zeros((), dtype=torch.long))
+
+    def after_optimizer_step(self):
+        self.optimizer_steps += 1
+'''
+
+
+def write_throwaway(root: Path) -> Path:
+    """The throwaway method's files under ``root``: ``plugins/throwaway_plugin.py`` and its model files in
+    ``modeling/`` (with links to csekit's modeling files, which ``trust_remote_code`` copies beside them)."""
+    import csekit.modeling
+
+    modeling, plugins = root / "modeling", root / "plugins"
+    modeling.mkdir(parents=True)
+    plugins.mkdir()
+    for source in Path(csekit.modeling.__file__).parent.glob("*.py"):
+        if source.name != "__init__.py":
+            (modeling / source.name).symlink_to(source)
+    (modeling / "configuration_throwaway.py").write_text(textwrap.dedent(CONFIGURATION))
+    (modeling / "modeling_throwaway.py").write_text(textwrap.dedent(MODELING))
+    (plugins / "throwaway_plugin.py").write_text(PLUGIN.format(modeling=str(modeling)))
+    return plugins
+
+
+def test_a_method_registered_outside_csekit_is_covered_by_the_conformance_suite(tmp_path):
+    """Its files and one ``register`` call, no other edit: every conformance test collects a case for it and
+    passes, and its per-optimizer-step hook ran once per update."""
+    plugins = write_throwaway(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "throwaway_plugin", "-rA",
+               "tests/test_conformance.py", "-k", "throwaway"]
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    passed = {line.split("::")[1].split("[")[0] for line in result.stdout.splitlines() if line.startswith("PASSED")}
+    import test_conformance
+
+    tests = {name for name in dir(test_conformance) if name.startswith("test_")}
+    gpu_only = {"test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32"}  # bf16 case passes
+    assert passed == tests | gpu_only & passed, sorted(tests - passed)
+
+
+def test_the_per_optimizer_step_hook_runs_once_per_update(tmp_path, tiny_backbone, corpus):
+    """With 2 accumulated micro-batches per update, 3 updates call ``after_optimizer_step`` 3 times, and the count
+    (a buffer) is in the checkpoint, so a resumed run continues it."""
+    plugins = write_throwaway(tmp_path)
+    sys.path.insert(0, str(plugins))
+    try:
+        import throwaway_plugin
+        out = tmp_path / "out"
+        throwaway_plugin.main([
+            "--model_name_or_path", str(tiny_backbone), "--train_file", str(corpus), "--output_dir", str(out),
+            "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2", "--max_steps", "3",
+            "--save_steps", "3", "--eval_strategy", "no", "--load_best_model_at_end", "false", "--max_seq_length",
+            "16", "--do_test_eval", "false", "--disable_tqdm", "true", "--pooler_type", "cls"])
+        assert int(load_weights(out / "checkpoint-3")["optimizer_steps"]) == 3
+    finally:
+        sys.path.remove(str(plugins))
+        sys.modules.pop("throwaway_plugin", None)
+        METHODS.pop("throwaway", None)
+
+
+def test_method_capabilities_are_declared_with_their_meaning():
+    for method in METHODS.values():
+        assert isinstance(method, Method)
+        assert method.processes in ("global", "per-process whitening"), method.name
+        assert method.test_data in ("sentences", "pairs") and method.stochastic, method.name
