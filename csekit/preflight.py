@@ -31,10 +31,10 @@ logger = logging.getLogger(__name__)
 # encoders whose position ids start after the padding index (RoBERTa's create_position_ids_from_input_ids): an input
 # of n tokens uses positions up to padding_idx + n
 POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "mpnet")
-# the encoder families csekit trains and evaluates (model_type: what the README's table calls it). Each is covered by
-# tests/test_backbones.py: padded and packed forward passes equal on a tiny random config. Anything else is refused
-# before any work: decoder-only and encoder-decoder models have no bidirectional sentence encoder to pool, and an
-# untested encoder is not guessed to work.
+# the encoder families csekit trains and evaluates (model_type: what the table of docs/training.md calls it). Each is
+# covered by tests/test_backbones.py: padded and packed forward passes equal on a tiny random config. Anything else
+# is refused before any work: decoder-only and encoder-decoder models have no bidirectional sentence encoder to pool,
+# and an untested encoder is not guessed to work.
 SUPPORTED_BACKBONES = {
     "bert": "BERT, MiniLM (all-MiniLM-L6-v2), SimCSE/sentence-transformers BERT models",
     "roberta": "RoBERTa", "xlm-roberta": "XLM-RoBERTa", "camembert": "CamemBERT", "distilbert": "DistilBERT",
@@ -94,7 +94,7 @@ def check_backbone(path, config: dict) -> None:
             else "a decoder-only (causal) model" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
             else "a backbone family csekit has not been tested on")
     raise DataError(f"{path}: model_type {model_type!r} is {kind}; csekit trains and evaluates the encoder families "
-                    f"{', '.join(SUPPORTED_BACKBONES)} (README: Backbones)")
+                    f"{', '.join(SUPPORTED_BACKBONES)} (docs/training.md: Backbones)")
 
 def load_tokenizer(name: str, folder):
     """The tokenizer saved in model ``folder`` (``name``: what the user typed), or a :class:`DataError`."""

@@ -1,9 +1,9 @@
 """Bad input: every command answers one line on stderr, exits with status 2 and writes nothing.
 
-``ROWS`` is the README's "Bad input" table, row for row (``test_readme_table_is_the_rows``): each row is one case
-of ``test_bad_input``, run in-process through ``csekit.cli.main`` in a folder holding the inputs below. An answer is
-the whole stderr line (transformers' "Loading weights" progress bar aside); ``…`` stands for any text (a path, a
-library's own words).
+``ROWS`` is docs/reliability.md's "Bad input" table, row for row (``test_reliability_page_table_is_the_rows``): each
+row is one case of ``test_bad_input``, run in-process through ``csekit.cli.main`` in a folder holding the inputs
+below. An answer is the whole stderr line (transformers' "Loading weights" progress bar aside); ``…`` stands for any
+text (a path, a library's own words).
 """
 
 import hashlib
@@ -298,7 +298,7 @@ ROWS = [
     Row("csekit train simcse --model_name_or_path gpt2", "decoder-only backbone",
         E + "gpt2/config.json: model_type 'gpt2' is a decoder-only (causal) model; csekit trains and evaluates the "
         "encoder families bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, deberta-v2, "
-        "modernbert (README: Backbones)"),
+        "modernbert (docs/training.md: Backbones)"),
     Row("csekit evaluate gpt2", "decoder-only backbone", E + "gpt2/config.json: model_type 'gpt2' is a decoder-only …"),
     Row("csekit extract --models t5", "encoder-decoder backbone",
         E + "t5/config.json: model_type 't5' is an encoder-decoder model; csekit trains and evaluates …"),
@@ -394,8 +394,8 @@ def table_lines() -> list:
     return lines + [f"| {markdown_code(row.command)} | {row.input} | {markdown_code(row.answer)} | 2 |" for row in ROWS]
 
 
-def test_readme_table_is_the_rows():
-    readme = (REPO_ROOT / "README.md").read_text().splitlines()
+def test_reliability_page_table_is_the_rows():
+    readme = (REPO_ROOT / "docs" / "reliability.md").read_text().splitlines()
     start = readme.index("## Bad input")
     section = readme[start + 1 : next((i for i in range(start + 1, len(readme)) if readme[i].startswith("## ")),
                                       len(readme))]

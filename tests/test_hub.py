@@ -291,9 +291,8 @@ def tiny_backbone(tmp_path_factory, tokenizer):
     return folder
 
 
-def test_readme_documents_the_hub_paths():
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme.split("## Use it from the Hub", 1)[1].split("\n## ", 1)[0]
+def test_docs_document_the_hub_paths():
+    section = (REPO_ROOT / "docs" / "hub.md").read_text()
     for needle in ("csekit download", "princeton-nlp/datasets-for-simcse", "HF_HUB_OFFLINE", "--model_name_or_path",
                    "csekit evaluate"):
         assert needle in section, needle

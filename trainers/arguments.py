@@ -88,6 +88,7 @@ def configs_dir() -> Path:
 
 
 def shipped_configs() -> list:
+    """The names ``--config`` accepts for the YAML files shipped with csekit (``quickstart``, ``paper/...``)."""
     folder = configs_dir()
     return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
 

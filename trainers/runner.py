@@ -83,15 +83,18 @@ class ContrastiveRecipe:
         return self.method.output_dir
 
     def argument_types(self) -> tuple:
+        """The recipe's flag dataclasses: method (the config's fields), data, training, and its extra ones."""
         types = (model_arguments(self.config_class), ContrastiveDataArguments, CSETrainingArguments)
         return types + ((self.extra_arguments,) if self.extra_arguments else ())
 
     def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
+        """``(model_args, data_args, training_args, extra_args or None)`` from ``argv`` (YAML + flags)."""
         parsed = parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description,
                                    prog)
         return parsed if self.extra_arguments else (*parsed, None)
 
     def build_model(self, model_path: str, model_args):
+        """The training model on the backbone at ``model_path``, with the method flags of ``model_args``."""
         return self.model_class.from_encoder(model_path, **config_kwargs(model_args, self.config_class))
 
     def collator(self, tokenizer, model, data_args, extra_args):
@@ -106,6 +109,7 @@ class ContrastiveRecipe:
                                    padding_free=packed)
 
     def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> dict:
+        """Parse ``argv`` and run the recipe (:func:`run_recipe`); returns the test scores."""
         model_args, data_args, training_args, extra_args = self.parse(argv, prog)
         return run_recipe(self, model_args, data_args, training_args, extra_args)
 
