@@ -30,6 +30,19 @@ def on_config(config):
     return config
 
 
+def on_page_markdown(markdown, page, config, files):
+    """A method page's ``<!-- paper rows -->``: the rows of reproduce.md's table that run its recipe."""
+    if "<!-- paper rows -->" not in markdown:
+        return markdown
+    name = Path(page.file.src_path).stem
+    table = [line for line in (Path(config["docs_dir"]) / "reproduce.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("|")]
+    rows = [line for line in table[2:] if f"recipes/{name}.py" in line]
+    if not rows:
+        log.warning("%s: no row of reproduce.md runs recipes/%s.py", page.file.src_path, name)
+    return markdown.replace("<!-- paper rows -->", "\n".join(table[:2] + rows))
+
+
 def on_pre_build(config):
     for module_name in API_MODULES:
         module = import_module(module_name)

@@ -5,7 +5,7 @@ takes them from its accelerator), and with ``world_size > 1`` the candidates of 
 uses ``torch.distributed.nn.functional.all_gather``, whose backward sums the gradient
 of every process's loss into each local slice. With DDP's gradient averaging this makes N processes with local
 batch B compute exactly the gradient of one process with the concatenated batch N*B (tested in
-``tests/test_distributed.py``).
+``tests/test_conformance.py``).
 """
 
 from typing import Optional, Sequence

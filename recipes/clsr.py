@@ -120,19 +120,28 @@ class CLSRRecipe:
     def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
         return parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description, prog)
 
-    def build_model(self, args, backbone: BackboneArguments, seed: int) -> CLSRModel:
+    def check_backbone(self, args, backbone: BackboneArguments) -> tuple:
+        """``(path, tokenizer)`` of ``--model_name_or_path``, checked before any work: a folder with weights (only a
+        config with ``--random_init``), a tokenizer that fits it."""
+        if backbone.random_init_num_layers is not None and not backbone.random_init:
+            raise DataError("--random_init_num_layers needs --random_init true")
+        path = resolve_model_path(args.model_name_or_path, require_weights=not backbone.random_init)
+        tokenizer = load_tokenizer(args.model_name_or_path, path)
+        encoder_config = read_model_config(path)
+        if not backbone.random_init:
+            check_model_inputs(args.model_name_or_path, encoder_config, tokenizer, None, "--max_seq_length")
+        CLSRConfig(encoder_config=encoder_config, **config_kwargs(args, CLSRConfig))  # the flags are checked there
+        return path, tokenizer
+
+    def build_model(self, args, backbone: BackboneArguments, seed: int, checked: Optional[tuple] = None) -> CLSRModel:
+        """The model: the frozen backbone (pretrained, or random with ``--random_init``), its pooling and a fresh
+        ``e`` seeded by ``seed``; ``checked`` is :meth:`check_backbone`'s answer when the caller has it."""
+        path, tokenizer = checked or self.check_backbone(args, backbone)
         options = config_kwargs(args, CLSRConfig)
         set_seed(seed)  # e's initialisation (and a random backbone's) draw from the global generator
         if not backbone.random_init:
-            if backbone.random_init_num_layers is not None:
-                raise DataError("--random_init_num_layers needs --random_init true")
-            path = resolve_model_path(args.model_name_or_path)
-            tokenizer = load_tokenizer(args.model_name_or_path, path)
-            check_model_inputs(args.model_name_or_path, read_model_config(path), tokenizer, None, "--max_seq_length")
             model = CLSRModel.from_encoder(path, **options)
         else:  # a config (and tokenizer) is all a random backbone needs
-            path = resolve_model_path(args.model_name_or_path, require_weights=False)
-            tokenizer = load_tokenizer(args.model_name_or_path, path)
             encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
             if backbone.random_init_num_layers is not None:
                 encoder_config.num_hidden_layers = backbone.random_init_num_layers
@@ -163,12 +172,13 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
     test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
+    checked = recipe.check_backbone(model_args, backbone_args)
     held_out = held_out_sentences(data_dir)
     first, second = load_positive_pairs(data_args.train_file, data_dir)
     limit = data_args.max_train_samples  # the first N pairs, before the held-out filter
     corpus = build_pair_corpus(first[:limit], second[:limit], held_out, drop=data_args.test_overlap == "drop")
     require_full_batch(corpus, training_args.per_device_train_batch_size)  # before the model loads
-    model = recipe.build_model(model_args, backbone_args, training_args.seed).to(state.device)
+    model = recipe.build_model(model_args, backbone_args, training_args.seed, checked).to(state.device)
     dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
     if dev_overlap:
         logging.warning("model selection on %s sees training sentences (--test_overlap keep)", ", ".join(dev_overlap))

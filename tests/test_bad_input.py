@@ -335,7 +335,7 @@ ROWS = [
         E + "triplets.csv: columns sent0,sent1,hard_neg, but whitenedcse trains on sent0 (a .txt is one sentence a "
         "line)"),
     Row("csekit train cmlm_cse --train_file pairs.csv", "pairs for an unsupervised method",
-        E + "pairs.csv: columns sent0,sent1, but cmlm-cse trains on sent0 (a .txt is one sentence a line)"),
+        E + "pairs.csv: columns sent0,sent1, but cmlm_cse trains on sent0 (a .txt is one sentence a line)"),
     # caches, records
     Row("csekit train clsr --cache_dir afile", "cache folder that is a file",
         E + "--cache_dir afile: is a file, not a folder"),

@@ -110,15 +110,28 @@ def run_recipe_cli(*args, cwd):
          "empty_model: model folder has no weights"),
     ],
 )
-def test_recipe_reports_bad_input_in_one_line_and_writes_nothing(tmp_path, setup, args, message):
+def test_recipe_reports_bad_input_in_one_line_and_writes_nothing(tmp_path, setup, args, message, monkeypatch,
+                                                                 capsys):
+    from csekit.cli import main
+
     setup(tmp_path)
     if not (tmp_path / "c.txt").exists():
         write(tmp_path / "c.txt", b"a\n" * 70)
+    monkeypatch.chdir(tmp_path)
     defaults = ["--model_name_or_path", "all-MiniLM-L6-v2", "--output_dir", "out"]
-    result = run_recipe_cli(*defaults, *args, cwd=tmp_path)
+    assert main(["train", "simcse", *defaults, *args]) == 2
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last_line.startswith("csekit: error: ") and message in last_line
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_recipe_script_exits_2_with_the_one_line(tmp_path):
+    """``python recipes/simcse.py`` as a process: the same line, exit status 2 (``main_guard``)."""
+    write(tmp_path / "c.txt", b"ok\n\xfe\n")
+    result = run_recipe_cli("--model_name_or_path", "all-MiniLM-L6-v2", "--output_dir", "out", "--train_file",
+                            "c.txt", cwd=tmp_path)
     assert result.returncode == 2
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("csekit: error: ") and message in last_line, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("csekit: error: c.txt:2: not valid UTF-8")
     assert not (tmp_path / "out").exists()
 
 

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
+from transformers import Trainer
 
 from conftest import recipe_flags, tiny_bert_config
 from csekit import cli
 from csekit.errors import DataError
+from csekit.methods import METHODS
 from csekit.modeling import CLSRConfig, CMLMCSEConfig, SimCSEConfig, WhitenedCSEConfig
 from csekit.trainers.trainer import require_finite_weights
 
@@ -33,7 +35,8 @@ def train(method: str, backbone: Path, corpus: Path, out: Path, *extra) -> list:
             "--disable_tqdm", "true", *recipe_flags(method), *extra]
 
 
-@pytest.mark.parametrize("method", ["simcse", "whitenedcse", "cmlm_cse"])
+@pytest.mark.parametrize("method", [name for name, method in METHODS.items()
+                                    if issubclass(method.trainer_class, Trainer)])
 def test_a_non_finite_loss_stops_the_run_before_its_update_and_keeps_the_folder(method, tiny_backbone, corpus,
                                                                                tmp_path, capsys):
     """A learning rate that blows the weights up in step 1 makes step 2's loss NaN: the run stops at step 2, before

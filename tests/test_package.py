@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, BoundedProcess
 
 PACKAGE_DIRS = {"csekit": "csekit", "csekit.modeling": "modeling", "csekit.trainers": "trainers",
                 "csekit.recipes": "recipes", "csekit.model_cards": "model_cards"}
-RECIPES = ("simcse", "whitenedcse", "cmlm_cse", "clsr")
 
 
 def fresh_python(code: str, cwd=None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -85,11 +84,8 @@ REGISTRATION_ORDERS = {
 }
 
 
-@pytest.mark.parametrize("order", sorted(REGISTRATION_ORDERS))
-def test_import_csekit_loads_no_torch_and_registers_whatever_the_import_order(order):
-    """``import csekit`` alone loads neither torch nor transformers; the registration runs when transformers' Auto
-    classes arrive, whichever import brings them, and leaves no import hook behind."""
-    code = (
+def registration_code(order: str) -> str:
+    return (
         "import sys\nimport csekit\n"
         "assert not {'torch', 'transformers'} & set(sys.modules), sorted({'torch', 'transformers'} & set(sys.modules))"
         "\n"
@@ -102,7 +98,22 @@ def test_import_csekit_loads_no_torch_and_registers_whatever_the_import_order(or
         "assert not [f for f in sys.meta_path if type(f).__module__.startswith('csekit')]\n"
         "print('ok')\n"
     )
-    result = fresh_python(code)
+
+
+@pytest.fixture(scope="module")
+def registrations(tmp_path_factory) -> dict:
+    """Every import order in a fresh interpreter of its own, all started at once: ``{order: CompletedProcess}``."""
+    neutral = tmp_path_factory.mktemp("neutral")  # not the checkout's parent (see fresh_python)
+    running = {order: BoundedProcess([sys.executable, "-c", registration_code(order)], 300, cwd=neutral,
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1"}) for order in REGISTRATION_ORDERS}
+    return {order: process.wait(check=False) for order, process in running.items()}
+
+
+@pytest.mark.parametrize("order", sorted(REGISTRATION_ORDERS))
+def test_import_csekit_loads_no_torch_and_registers_whatever_the_import_order(order, registrations):
+    """``import csekit`` alone loads neither torch nor transformers; the registration runs when transformers' Auto
+    classes arrive, whichever import brings them, and leaves no import hook behind."""
+    result = registrations[order]
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 
@@ -269,17 +280,14 @@ def flags(help_text: str) -> set:
 
 
 def test_recipes_run_from_the_checkout_the_package_and_the_cli(tmp_path):
-    outputs = {}
+    commands = {}
     for method in ("simcse", "clsr"):
-        runs = {
-            "checkout": [sys.executable, str(REPO_ROOT / "recipes" / f"{method}.py"), "--help"],
-            "module": [sys.executable, "-m", f"csekit.recipes.{method}", "--help"],
-            "cli": [sys.executable, "-m", "csekit", "train", method, "--help"],
-        }
-        for way, command in runs.items():
-            result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-            assert result.returncode == 0, (method, way, result.stderr[-2000:])
-            outputs[method, way] = flags(result.stdout)
+        commands[method, "checkout"] = [sys.executable, str(REPO_ROOT / "recipes" / f"{method}.py"), "--help"]
+        commands[method, "module"] = [sys.executable, "-m", f"csekit.recipes.{method}", "--help"]
+        commands[method, "cli"] = [sys.executable, "-m", "csekit", "train", method, "--help"]
+    running = {key: BoundedProcess(command, 300, cwd=tmp_path) for key, command in commands.items()}  # at once
+    outputs = {key: flags(process.wait().stdout) for key, process in running.items()}
+    for method in ("simcse", "clsr"):
         assert outputs[method, "checkout"] == outputs[method, "module"] == outputs[method, "cli"]
 
 
@@ -308,16 +316,16 @@ def test_recipe_help_is_grouped_and_short_and_help_all_has_every_flag():
     assert "--adam_beta1" in full and len(short.splitlines()) < 250 < len(full.splitlines())
 
 
-def test_the_four_recipes_speak_one_vocabulary_and_take_method_flags_from_the_config():
+def test_every_recipe_speaks_one_vocabulary_and_takes_method_flags_from_the_config():
     import dataclasses
-    from importlib import import_module
 
+    from csekit.methods import METHODS
     from csekit.trainers.arguments import config_fields, docstring_arguments
 
     shared = {"model_name_or_path", "train_file", "data_dir", "do_test_eval", "output_dir", "seed", "report_to",
               "per_device_train_batch_size", "num_train_epochs", "learning_rate", "config"}
-    for method in RECIPES:
-        module = import_module(f"csekit.recipes.{method}")
+    for method in METHODS:
+        module = METHODS[method].recipe_module
         types, config_class = module.RECIPE.argument_types(), module.RECIPE.config_class
         names = {f.name for cls in types for f in dataclasses.fields(cls)} | {"config"}
         assert shared <= names, (method, shared - names)

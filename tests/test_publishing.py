@@ -19,7 +19,7 @@ from csekit.errors import DataError
 from csekit.evaluation.sts import STS_TASKS
 from csekit.modeling import MODEL_CLASSES, SimCSEConfig, SimCSEModel
 from csekit.publishing.hub import files_to_push, push_to_hub
-from csekit.publishing.model_card import FAMILY_TEMPLATES, MODEL_CARDS_DIR, render_model_card, write_model_card
+from csekit.publishing.model_card import MODEL_CARDS_DIR, card_template, render_model_card, write_model_card
 from csekit.publishing.st_export import export_sentence_transformers
 from csekit.recipes.simcse import RECIPE
 from csekit.trainers.runner import run_recipe
@@ -118,7 +118,7 @@ def test_every_model_class_has_a_family_card_and_exact_st_export(tmp_path, train
     record = (trained / "eval_results.json").read_text()
     for model_class in MODEL_CLASSES:
         config_class = model_class.config_class
-        assert (MODEL_CARDS_DIR / FAMILY_TEMPLATES[config_class.model_type]).is_file()
+        assert (MODEL_CARDS_DIR / card_template(config_class.model_type)).is_file()
         config = config_class(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
                               pooler_type="avg_first_last", **TINY_OVERRIDES.get(config_class.model_type, {}))
         folder = tmp_path / config_class.model_type

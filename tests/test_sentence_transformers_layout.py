@@ -37,12 +37,14 @@ CASES = {
     "clsr-literal": (CLSRModel, CLSRConfig, dict(pooler_type="avg", encoder_layout="literal")),
 }
 
-LOAD_BOTH = """
+LOAD_ALL = """
 import json, sys, numpy as np
 from sentence_transformers import SentenceTransformer
-sentences = json.loads(sys.argv[1])
-model = SentenceTransformer(sys.argv[2], device="cpu", local_files_only=True)
-np.save(sys.argv[3], model.encode(sentences, convert_to_numpy=True))
+sentences, folders = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+for case, folder in folders.items():
+    print(f"=== {case}", file=sys.stderr, flush=True)  # this case's warnings follow
+    model = SentenceTransformer(folder, device="cpu", local_files_only=True)
+    np.save(f"{folder}.npy", model.encode(sentences, convert_to_numpy=True))
 print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] == "csekit")))
 """
 
@@ -57,22 +59,35 @@ def save_model(folder, tokenizer, model_class, config_class, options, encoder_co
     return model
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_saved_folder_loads_in_sentence_transformers_without_csekit_with_equal_vectors(case, tmp_path, tokenizer):
-    model_class, config_class, options = CASES[case]
-    folder = tmp_path / "model"
-    save_model(folder, tokenizer, model_class, config_class, options)
-    expected = AutoModel.from_pretrained(folder).encode(SENTENCES)  # csekit's own path, reloaded from the folder
-    script = tmp_path / "load.py"
-    script.write_text(LOAD_BOTH)
-    output = tmp_path / "st.npy"
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory, tokenizer) -> dict:
+    """Every case saved, then loaded with ``SentenceTransformer`` in one interpreter without csekit (one start-up
+    for all cases): ``{case: (csekit's vectors, sentence-transformers' vectors, that case's stderr)}``, plus the
+    csekit modules that interpreter imported under ``None``."""
+    root = tmp_path_factory.mktemp("st_layout")
+    folders, expected = {}, {}
+    for case, (model_class, config_class, options) in CASES.items():
+        folders[case] = str(root / case)
+        save_model(root / case, tokenizer, model_class, config_class, options)
+        expected[case] = AutoModel.from_pretrained(root / case).encode(SENTENCES)  # csekit's path, reloaded
+    script = root / "load.py"
+    script.write_text(LOAD_ALL)
     result = run_isolated_python(
-        f"import runpy, sys; sys.argv = ['load.py', {json.dumps(json.dumps(SENTENCES))}, {str(folder)!r}, "
-        f"{str(output)!r}]; runpy.run_path({str(script)!r}, run_name='__main__')", cwd=tmp_path)
+        f"import runpy, sys; sys.argv = ['load.py', {json.dumps(json.dumps(SENTENCES))}, "
+        f"{json.dumps(json.dumps(folders))}]; runpy.run_path({str(script)!r}, run_name='__main__')", cwd=root)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []  # sentence-transformers alone, no csekit
-    assert "LOAD REPORT" not in result.stderr  # no unexpected or missing keys
-    actual = np.load(output)
+    stderr = dict(part.split("\n", 1) if "\n" in part else (part, "")
+                  for part in result.stderr.split("=== ")[1:])
+    found = {case: (expected[case], np.load(f"{folders[case]}.npy"), stderr[case]) for case in CASES}
+    found[None] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_saved_folder_loads_in_sentence_transformers_without_csekit_with_equal_vectors(case, loaded):
+    expected, actual, stderr = loaded[case]
+    assert loaded[None] == []  # sentence-transformers alone, no csekit
+    assert "LOAD REPORT" not in stderr  # no unexpected or missing keys
     assert actual.shape == expected.shape
     np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
 

@@ -178,6 +178,7 @@ class CLSRTrainer:
         self.is_main_process = is_main_process  # every process trains the same head; one writes checkpoints
         self.device = next(model.mlp.parameters()).device
         self.train_vectors = train_vectors.to(self.device)
+        self.pairs = corpus.pairs.to(self.device)
 
     def _writer(self):
         """A TensorBoard writer when ``report_to`` asks for one (the same flag as the Trainer-based recipes)."""
@@ -195,6 +196,31 @@ class CLSRTrainer:
         """Run all epochs; restores the best-dev ``e`` (the last one without a dev evaluator) and returns a log."""
         assert_disjoint_from_held_out(self.corpus.sentences, self.held_out, list(self.corpus.contaminated))
         writer = self._writer()
+        run = self._start()
+        start = time.perf_counter()
+        progress = trange(run.first_epoch, self.args.num_train_epochs, desc="CLSR epochs", initial=run.first_epoch,
+                          total=self.args.num_train_epochs)
+        for epoch in progress:
+            run.epoch_losses.append(self._train_epoch(run, epoch))
+            last = epoch + 1 == self.args.num_train_epochs
+            if (epoch + 1) % self.args.eval_epochs == 0 or last:
+                record = self._evaluate(run, epoch, time.perf_counter() - start)
+                if writer is not None:
+                    for name in ("loss", "lr", "dev_STSBenchmark"):
+                        if name in record:
+                            writer.add_scalar(f"clsr/{name}", record[name], epoch + 1)
+                progress.set_postfix({k: v for k, v in record.items() if k in ("loss", "dev_STSBenchmark")})
+            if (self.args.save_epochs and (epoch + 1) % self.args.save_epochs == 0 and not last
+                    and self.is_main_process):
+                save_checkpoint(self.args.output_dir, epoch + 1, run.trainable, run.optimizer, run.scheduler,
+                                run.generator, run.best, run.history, run.epoch_losses, self.args.run_record())
+        if writer is not None:
+            writer.close()
+        return self._finish(run, time.perf_counter() - start)
+
+    def _start(self) -> "_Run":
+        """The head's training state: ``e`` and a fresh ``h``, LARS, warm-up + cosine, the pair-order generator;
+        restored from a checkpoint when ``resume_from_checkpoint`` names one."""
         args, mlp = self.args, self.model.mlp
         torch.manual_seed(args.seed)
         size = mlp.dense_out.out_features
@@ -202,72 +228,82 @@ class CLSRTrainer:
         trainable = nn.ModuleDict({"mlp": mlp, "projection": projection}).train()
         optimizer = LARS(lars_param_groups(trainable, args.weight_decay), lr=args.learning_rate,
                          momentum=args.lars_momentum, trust_coefficient=args.lars_trust_coefficient)
-        batch = args.per_device_train_batch_size
-        steps_per_epoch = len(self.corpus.pairs) // batch
+        steps_per_epoch = len(self.corpus.pairs) // args.per_device_train_batch_size
         scheduler = get_cosine_schedule_with_warmup(
             optimizer, args.warmup_epochs * steps_per_epoch, args.num_train_epochs * steps_per_epoch
         )
-        generator = torch.Generator().manual_seed(args.seed)
-        temperature = self.model.config.temperature
-        pairs = self.corpus.pairs.to(self.device)
-        history, best = [], {"epoch": None, "dev": -float("inf"), "state": None}
-        first_epoch, epoch_losses = 0, []
+        run = _Run(trainable, projection, optimizer, scheduler, torch.Generator().manual_seed(args.seed),
+                   steps_per_epoch)
         if args.resume_from_checkpoint:
             folder = Path(find_checkpoint(args.output_dir, args.resume_from_checkpoint))
-            first_epoch, best, history, epoch_losses = load_checkpoint(folder, trainable, optimizer, scheduler,
-                                                                       generator, self.device)
-            logger.info("resumed from %s at epoch %d", folder, first_epoch)
-        start = time.perf_counter()
-        progress = trange(first_epoch, args.num_train_epochs, desc="CLSR epochs", initial=first_epoch,
-                          total=args.num_train_epochs)
-        for epoch in progress:
-            order = torch.randperm(len(pairs), generator=generator).to(self.device)
-            total = torch.zeros((), device=self.device)
-            for step in range(steps_per_epoch):
-                rows = pairs[order[step * batch : (step + 1) * batch]].T.reshape(-1)  # all sent0, then all sent1
-                projected = projection(mlp(self.train_vectors[rows]))
-                loss = nt_xent_loss(projected[:batch], projected[batch:], temperature)
-                if not torch.isfinite(loss):  # before the update: the head never holds a NaN
-                    raise DataError(f"epoch {epoch + 1}, step {step + 1}: the loss is not finite "
-                                    f"({float(loss.detach()):.4g}); the run stopped before this update; lower "
-                                    "--learning_rate or check the data")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                total += loss.detach()
-            epoch_losses.append(total / steps_per_epoch)
-            last = epoch + 1 == args.num_train_epochs
-            if (epoch + 1) % args.eval_epochs == 0 or last:
-                record = {"epoch": epoch + 1, "loss": float(torch.stack(epoch_losses).mean()),
-                          "lr": scheduler.get_last_lr()[0], "seconds": round(time.perf_counter() - start, 1)}
-                epoch_losses = []
-                if self.dev_evaluator is not None:
-                    mlp.eval()
-                    record["dev_STSBenchmark"] = self.dev_evaluator(mlp)["STSBenchmark"]
-                    mlp.train()
-                    if record["dev_STSBenchmark"] > best["dev"]:
-                        best = {"epoch": epoch + 1, "dev": record["dev_STSBenchmark"],
-                                "state": {k: v.detach().clone() for k, v in mlp.state_dict().items()}}
-                history.append(record)
-                if writer is not None:
-                    for name in ("loss", "lr", "dev_STSBenchmark"):
-                        if name in record:
-                            writer.add_scalar(f"clsr/{name}", record[name], epoch + 1)
-                progress.set_postfix({k: v for k, v in record.items() if k in ("loss", "dev_STSBenchmark")})
-                logger.info("%s", record)
-            if args.save_epochs and (epoch + 1) % args.save_epochs == 0 and not last and self.is_main_process:
-                save_checkpoint(args.output_dir, epoch + 1, trainable, optimizer, scheduler, generator, best, history,
-                                epoch_losses, args.run_record())
-        train_seconds = time.perf_counter() - start
-        if writer is not None:
-            writer.close()
+            run.first_epoch, run.best, run.history, run.epoch_losses = load_checkpoint(
+                folder, trainable, optimizer, scheduler, run.generator, self.device)
+            logger.info("resumed from %s at epoch %d", folder, run.first_epoch)
+        return run
+
+    def _train_epoch(self, run: "_Run", epoch: int) -> torch.Tensor:
+        """One pass over the pairs in a fresh random order; returns the mean loss (a device tensor)."""
+        batch, mlp = self.args.per_device_train_batch_size, self.model.mlp
+        pairs = self.pairs
+        order = torch.randperm(len(pairs), generator=run.generator).to(self.device)
+        total = torch.zeros((), device=self.device)
+        for step in range(run.steps_per_epoch):
+            rows = pairs[order[step * batch : (step + 1) * batch]].T.reshape(-1)  # all sent0, then all sent1
+            projected = run.projection(mlp(self.train_vectors[rows]))
+            loss = nt_xent_loss(projected[:batch], projected[batch:], self.model.config.temperature)
+            if not torch.isfinite(loss):  # before the update: the head never holds a NaN
+                raise DataError(f"epoch {epoch + 1}, step {step + 1}: the loss is not finite "
+                                f"({float(loss.detach()):.4g}); the run stopped before this update; lower "
+                                "--learning_rate or check the data")
+            run.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            run.optimizer.step()
+            run.scheduler.step()
+            total += loss.detach()
+        return total / run.steps_per_epoch
+
+    def _evaluate(self, run: "_Run", epoch: int, seconds: float) -> dict:
+        """The record of the epochs since the last one: mean loss, learning rate, STS-B dev; keeps the best ``e``."""
+        mlp = self.model.mlp
+        record = {"epoch": epoch + 1, "loss": float(torch.stack(run.epoch_losses).mean()),
+                  "lr": run.scheduler.get_last_lr()[0], "seconds": round(seconds, 1)}
+        run.epoch_losses = []
+        if self.dev_evaluator is not None:
+            mlp.eval()
+            record["dev_STSBenchmark"] = self.dev_evaluator(mlp)["STSBenchmark"]
+            mlp.train()
+            if record["dev_STSBenchmark"] > run.best["dev"]:
+                run.best = {"epoch": epoch + 1, "dev": record["dev_STSBenchmark"],
+                            "state": {k: v.detach().clone() for k, v in mlp.state_dict().items()}}
+        run.history.append(record)
+        logger.info("%s", record)
+        return record
+
+    def _finish(self, run: "_Run", train_seconds: float) -> dict:
+        """Put the best ``e`` back (in eval mode) and return the run's log."""
+        mlp, best = self.model.mlp, run.best
         if best["state"] is not None:
             mlp.load_state_dict(best["state"])
         mlp.eval()
-        return {"history": history, "best_epoch": best["epoch"], "best_dev_STSBenchmark": best["dev"]
-                if best["state"] is not None else None, "steps": steps_per_epoch * args.num_train_epochs,
+        return {"history": run.history, "best_epoch": best["epoch"], "best_dev_STSBenchmark": best["dev"]
+                if best["state"] is not None else None, "steps": run.steps_per_epoch * self.args.num_train_epochs,
                 "train_seconds": round(train_seconds, 1)}
+
+
+@dataclass
+class _Run:
+    """What changes while :meth:`CLSRTrainer.train` runs (and what a checkpoint holds)."""
+
+    trainable: nn.ModuleDict
+    projection: nn.Linear
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    generator: torch.Generator
+    steps_per_epoch: int
+    first_epoch: int = 0
+    best: dict = field(default_factory=lambda: {"epoch": None, "dev": -float("inf"), "state": None})
+    history: list = field(default_factory=list)
+    epoch_losses: list = field(default_factory=list)
 
 
 __all__ = ["CLSRTrainer", "CLSRTrainingArguments"]

@@ -50,18 +50,61 @@ def add_evaluate_parser(subparsers) -> None:
     parser.set_defaults(handler=run_evaluate)
 
 
-def run_evaluate(args) -> int:
-    from ..loading import resolve_device
-    from .encoders import load_embedder
-    from .mteb_suite import evaluate_mteb, load_mteb_tasks
-    from .suites import SUITE_TITLES, evaluate_suites, format_table
-
+def requested_suites(args) -> list:
+    """The suites of ``--tasks`` (default ``sts``, or none with ``--mteb`` alone); an unknown one is a
+    :class:`DataError` naming the choices."""
     tasks = args.tasks if args.tasks is not None else ("" if args.mteb else "sts")
     suites = [suite.strip() for suite in tasks.split(",") if suite.strip()]
     unknown = [suite for suite in suites if suite not in SUITES]
     if unknown or not (suites or args.mteb):
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from "
                         f"{', '.join(SUITES)}")
+    return suites
+
+
+def score_sts(args, evaluator: STSEvaluator, embed, record: dict) -> None:
+    """The STS scores under every SentEval aggregation into ``record``, and their table (the chosen one first)."""
+    record["sts_aggregations"] = evaluator.evaluate(embed)
+    record["sts"] = record["sts_aggregations"][args.sts_aggregation]
+    rows = {f"{args.model} ({aggregation})" if aggregation != args.sts_aggregation else args.model: scores
+            for aggregation, scores in sorted(record["sts_aggregations"].items(),
+                                              key=lambda item: item[0] != args.sts_aggregation)}
+    print(format_sts_table(rows, title=f"STS (Spearman x100, SentEval '{args.sts_aggregation}'; the other "
+                                       "aggregations below it)"))
+
+
+def score_suites(args, suites: list, data_dir, embed, device, protocol: dict, record: dict) -> None:
+    """Transfer, clustering and geometry into ``record``, and a table for each."""
+    from .suites import SUITE_TITLES, evaluate_suites, format_table
+
+    record.update(evaluate_suites(
+        suites, data_dir, embed, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
+        args.transfer_protocol, args.transfer_jobs, device=device, protocol=protocol,
+    ))
+    for suite in ("transfer", "clustering", "geometry"):
+        if suite in record:
+            digits = 4 if suite == "geometry" else 2
+            print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], digits))
+
+
+def score_mteb(args, embed, mteb_tasks, protocol: dict, record: dict) -> None:
+    """The MTEB tasks through the mteb package into ``record``, and their table."""
+    from .mteb_suite import evaluate_mteb
+    from .suites import format_table
+
+    record["mteb"], protocol["mteb"] = evaluate_mteb(embed, args.model, mteb_tasks)
+    print("\n" + format_table({args.model: record["mteb"]}, f"MTEB {protocol['mteb']['version']} (main score x100, "
+                               "mteb's task names and datasets)"))
+
+
+def run_evaluate(args) -> int:
+    """``csekit evaluate``: every input checked before any work (suites, device, output file, MTEB task names, data),
+    then the model loaded once and scored suite by suite; the record is written (atomically) at the end."""
+    from ..loading import resolve_device
+    from .encoders import load_embedder
+    from .mteb_suite import load_mteb_tasks
+
+    suites = requested_suites(args)
     device = resolve_device(args.device)  # a bad --device fails before any data is read
     output = check_output_file(args.output, inputs=[args.model]) if args.output else None  # before any work
     mteb_tasks = load_mteb_tasks(args.mteb) if args.mteb else None  # an unknown task name fails before any work
@@ -72,28 +115,11 @@ def run_evaluate(args) -> int:
     record = dict(info)
     protocol = protocol_record(info.get("pooler"), evaluator)
     if evaluator is not None:
-        record["sts_aggregations"] = evaluator.evaluate(embed)
-        record["sts"] = record["sts_aggregations"][args.sts_aggregation]
-        rows = {f"{args.model} ({aggregation})" if aggregation != args.sts_aggregation else args.model: scores
-                for aggregation, scores in sorted(record["sts_aggregations"].items(),
-                                                  key=lambda item: item[0] != args.sts_aggregation)}
-        print(format_sts_table(rows, title=f"STS (Spearman x100, SentEval '{args.sts_aggregation}'; the other "
-                                           "aggregations below it)"))
-    record.update(
-        evaluate_suites(
-            suites, data_dir, embed, args.transfer_max_train, args.clustering_max_examples, args.clustering_runs,
-            args.transfer_protocol, args.transfer_jobs, device=device, protocol=protocol,
-        )
-    )
+        score_sts(args, evaluator, embed, record)
+    score_suites(args, suites, data_dir, embed, device, protocol, record)
     record["protocol"] = protocol
-    for suite in ("transfer", "clustering", "geometry"):
-        if suite in record:
-            digits = 4 if suite == "geometry" else 2
-            print("\n" + format_table({args.model: record[suite]}, SUITE_TITLES[suite], digits))
     if args.mteb:
-        record["mteb"], protocol["mteb"] = evaluate_mteb(embed, args.model, mteb_tasks)
-        print("\n" + format_table({args.model: record["mteb"]}, f"MTEB {protocol['mteb']['version']} (main score "
-                                   "x100, mteb's task names and datasets)"))
+        score_mteb(args, embed, mteb_tasks, protocol, record)
     if output:
         write_json(output, record)
     return 0

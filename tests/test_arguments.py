@@ -1,5 +1,5 @@
 """Recipe argument parsing (YAML then flags) and encoding invariances; resuming is in test_resume.py, mixed precision in
-test_mixed_precision.py, several processes in test_distributed.py."""
+test_mixed_precision.py, every method resumed, in half precision and in several processes in test_conformance.py."""
 
 import numpy as np
 import pytest
