@@ -19,4 +19,5 @@ fi
 if [ -z "${CSEKIT_BERT_TOKENIZER+set}" ] && [ -d ../shared/models/bert-base-uncased-tokenizer ]; then
     export CSEKIT_BERT_TOKENIZER="$(cd ../shared/models/bert-base-uncased-tokenizer && pwd)"  # the extraction paper's rows
 fi
-HF_HUB_OFFLINE=1 python3 -m pytest "$@"
+# two worker processes (pytest-xdist): most tests wait on interpreters they start; pass -n 0 to run in one process
+HF_HUB_OFFLINE=1 python3 -m pytest -n 2 "$@"
