@@ -10,6 +10,7 @@ Classes are named as ``"package.module:Name"`` strings and imported on first use
 torch (``csekit --help`` lists the methods in a fraction of a second).
 """
 
+import sys
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Optional
@@ -107,8 +108,6 @@ def register(method: Method) -> Method:
     if method.name in METHODS:
         raise ValueError(f"a method named {method.name!r} is already registered")
     METHODS[method.name] = method
-    import sys
-
     modeling = sys.modules.get("csekit.modeling")  # (it may be importing this module right now)
     if getattr(modeling, "_registered", False):
         modeling.register_method(method)

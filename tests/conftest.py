@@ -170,6 +170,22 @@ def recipe_flags(method: str) -> list:
     return list(get_method(method).test_flags)
 
 
+def record_output_dtypes(model, seen: dict) -> None:
+    """Forward hooks adding, while ``model`` trains, the output dtype of every linear layer of its encoder to
+    ``seen["encoder"]`` and of its whitening (where it has one) to ``seen["whitening"]`` (sets)."""
+    def record(what):
+        def hook(module, inputs, output):
+            if module.training:
+                seen.setdefault(what, set()).add(output.dtype)
+        return hook
+
+    for module in model.encoder.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(record("encoder"))
+    if hasattr(model, "whitening"):  # whitening computes in float32, outside autocast
+        model.whitening.register_forward_hook(record("whitening"))
+
+
 def fixed_masks(collator):
     """A CMLM-CSE ``collator`` whose MLM side is masked by a rule of the sentence alone instead of at random: its
     1st and 3rd word pieces become [MASK] (one in a one-word sentence). The masks then do not depend on the random

@@ -27,10 +27,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
 from transformers import Trainer
 
-from conftest import BoundedProcess, free_ports, load_weights, run_isolated_python, save_tiny_backbone
+from conftest import (
+    BoundedProcess,
+    free_ports,
+    load_weights,
+    record_output_dtypes,
+    run_isolated_python,
+    save_tiny_backbone,
+)
 from csekit import cli
 from csekit.methods import METHODS, Method
 from csekit.trainers.arguments import config_fields
@@ -271,18 +277,8 @@ def test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32(me
                                                                               tmp_path):
     seen = defaultdict(set)
 
-    def record(what):
-        def hook(module, inputs, output):
-            if module.training:
-                seen[what].add(output.dtype)
-        return hook
-
     def hooked(model):
-        for module in model.encoder.modules():
-            if isinstance(module, nn.Linear):
-                module.register_forward_hook(record("encoder"))
-        if hasattr(model, "whitening"):  # whitening computes in float32, outside autocast
-            model.whitening.register_forward_hook(record("whitening"))
+        record_output_dtypes(model, seen)
         return model
 
     class Recording(method.trainer_class):

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
-from conftest import recipe_flags
+from conftest import recipe_flags, record_output_dtypes
 from csekit.errors import DataError
 from csekit.modeling import losses
 from csekit.trainers.runner import run_recipe
@@ -24,20 +23,10 @@ def train_recording(method: str, backbone: Path, corpus: Path, output_dir: Path,
     recipe = importlib.import_module(f"csekit.recipes.{method}").RECIPE
     seen = defaultdict(set)
 
-    def record(what):
-        def hook(module, inputs, output):
-            if module.training:
-                seen[what].add(output.dtype)
-        return hook
-
     class Recording(recipe.trainer_class):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            for module in self.model.encoder.modules():
-                if isinstance(module, nn.Linear):
-                    module.register_forward_hook(record("encoder"))
-            if hasattr(self.model, "whitening"):
-                self.model.whitening.register_forward_hook(record("whitening"))
+            record_output_dtypes(self.model, seen)
 
         def compute_losses(self, model, outputs, inputs):
             components = super().compute_losses(model, outputs, inputs)
