@@ -153,6 +153,9 @@ def load_checkpoint(folder: Path, trainable, optimizer, scheduler, generator, de
 class CLSRTrainer:
     """Trains ``model.mlp`` (``e``) and a fresh linear projection ``h`` on cached pooled vectors.
 
+    Its own loop, not a ``transformers.Trainer``: a step is a few small matrix products on an in-memory tensor,
+    which the Trainer's per-step machinery would cost more than (this module's docstring says why in full).
+
     Args:
         model: a :class:`~csekit.modeling.CLSRModel`; only ``model.mlp`` is updated (in place).
         args: :class:`CLSRTrainingArguments`.
