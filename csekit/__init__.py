@@ -37,11 +37,9 @@ _SHARED = {
 
 
 def _lazy() -> dict:
-    from .methods import METHODS
+    from .methods import classes_in
 
-    methods = {name: reference.partition(":")[0] for method in METHODS.values()
-               for name, reference in method.classes.items()}
-    return {**_SHARED, **methods}
+    return {**_SHARED, **{name: reference.partition(":")[0] for name, reference in classes_in().items()}}
 
 
 def __getattr__(name):

@@ -122,6 +122,13 @@ def get_method(name: str) -> Method:
         raise KeyError(f"no method {name!r}; registered: {', '.join(METHODS)}") from None
 
 
+def classes_in(package: Optional[str] = None) -> dict:
+    """``{public name: "module:Name"}`` of the registered methods' classes whose module is in ``package`` (what that
+    package exports for the methods); every method class when ``package`` is ``None``."""
+    return {name: reference for method in METHODS.values() for name, reference in method.classes.items()
+            if package is None or reference.startswith(f"{package}.")}
+
+
 def method_of_model_type(model_type: str) -> Optional[Method]:
     """The registered method whose config has ``model_type`` (imports the configs), or ``None``."""
     return next((method for method in METHODS.values() if method.config_class.model_type == model_type), None)
@@ -184,4 +191,4 @@ register(Method(
     test_data="pairs",
 ))
 
-__all__ = ["METHODS", "Method", "get_method", "load_object", "method_of_model_type", "register"]
+__all__ = ["METHODS", "Method", "classes_in", "get_method", "load_object", "method_of_model_type", "register"]

@@ -15,7 +15,7 @@ if __name__ != "csekit.modeling":  # the checkout's folder imported by its own n
 
 from importlib import import_module
 
-from ..methods import METHODS, load_object
+from ..methods import METHODS, classes_in, load_object
 from .pooler_types import POOLER_TYPES
 
 # the names every method shares (the methods' own classes: the registry)
@@ -30,19 +30,13 @@ _SHARED = {
 _registered = False
 
 
-def _method_classes() -> dict:
-    """``{name: "module:Name"}`` of the registered methods' classes that live in this package."""
-    return {name: reference for method in METHODS.values() for name, reference in method.classes.items()
-            if reference.startswith(f"{__name__}.")}
-
-
 def __getattr__(name):
     if name == "MODEL_CLASSES":  # the classes AutoModel maps to, one per registered method
         value = tuple(method.model_class for method in METHODS.values())
     elif name in _SHARED:
         value = getattr(import_module(f".{_SHARED[name]}", __name__), name)
-    elif name in _method_classes():
-        value = load_object(_method_classes()[name])
+    elif name in classes_in(__name__):
+        value = load_object(classes_in(__name__)[name])
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name != "MODEL_CLASSES":
@@ -76,8 +70,8 @@ def register_auto_classes() -> None:
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_SHARED) | set(_method_classes()) | {"MODEL_CLASSES"})
+    return sorted(set(globals()) | set(_SHARED) | set(classes_in(__name__)) | {"MODEL_CLASSES"})
 
 
 __all__ = ["MODEL_CLASSES", "POOLER_TYPES", "register_auto_classes", "register_method",
-           *sorted(_SHARED), *sorted(_method_classes())]
+           *sorted(_SHARED), *sorted(classes_in(__name__))]
