@@ -43,7 +43,8 @@ class Method:
         processes: how several processes relate to one: ``"global"`` (N processes with batch B train exactly what
             one process with batch N x B trains), ``"per-process whitening"`` (the same, but each process whitens its
             own batch, as the authors' code does).
-        gradient_caching: ``--mini_batch_size`` applies to it.
+        gradient_caching: ``--mini_batch_size`` applies to it: its model splits a batch into chunks and joins their
+            outputs (``split_chunks`` / ``chunk_forward`` / ``merge_chunks``), exactly (``trainers/gradient_cache.py``).
         stochastic: the random draws of its training, ``{label: recipe flags that turn it on}``; resuming after a
             kill must repeat every one of them exactly.
         test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8.
@@ -143,6 +144,7 @@ register(Method(
     trainer="csekit.trainers.simcse:SimCSETrainer",
     recipe="csekit.recipes.simcse",
     card="simcse.md",
+    gradient_caching=True,
     stochastic={"dropout": ()},
     test_flags=("--pooler_type", "cls"),
 ))
@@ -155,6 +157,7 @@ register(Method(
     recipe="csekit.recipes.whitenedcse",
     card="whitenedcse.md",
     processes="per-process whitening",
+    gradient_caching=True,
     stochastic={"shuffled groups": (), "dropout positives": ("--positive_source", "dropout")},
     # 16 groups of 2 channels: fewer channels per group than the tests' per-process batches
     test_flags=("--pooler_type", "cls", "--num_groups", "16"),
@@ -169,6 +172,7 @@ register(Method(
     exports=("csekit.trainers.cmlm_cse:CMLMCSECollator",),
     recipe="csekit.recipes.cmlm_cse",
     card="cmlm_cse.md",
+    gradient_caching=True,
     stochastic={"mlm masks": (), "word repetition": ("--contrastive_augmentation", "word_repetition"),
                 "drop one word": ("--contrastive_augmentation", "drop_one_word")},
     # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder

@@ -51,6 +51,41 @@ def cosine_logits(anchors: torch.Tensor, candidates: torch.Tensor, temperature: 
     return anchors @ candidates.T / temperature
 
 
+def false_negative_mask(text_ids: torch.Tensor, all_text_ids: torch.Tensor, rank: int = 0,
+                        hard_negatives: bool = False) -> torch.Tensor:
+    """The in-batch candidates that are copies, by text, of what each local anchor is meant to be close to
+    (``--duplicate_negatives mask``): no sentence is pushed away from a copy of itself.
+
+    Candidate ``j`` (row ``j``'s positive; with ``hard_negatives`` also row ``j``'s hard negative, after them) is
+    masked for anchor ``i`` when its text is anchor ``i``'s or anchor ``i``'s positive's, or, for a positive, when
+    row ``j``'s anchor has anchor ``i``'s text (a premise with two entailed hypotheses: each entails the other's
+    premise). Anchor ``i``'s own positive is never masked.
+
+    Args:
+        text_ids: ``(B, columns)`` integer identities of the local rows' texts: anchor, positive, hard negative (one
+            column: unsupervised, the positive is the anchor's own text).
+        all_text_ids: the same for every process's rows, in rank order (``text_ids`` on one process).
+        rank: this process's place (its anchors' labels are offset by ``rank * B``).
+        hard_negatives: also mask among the hard-negative candidates (column 2).
+    Returns:
+        ``(B, N)``, or ``(B, 2N)`` with hard negatives, boolean; ``N`` = the rows of ``all_text_ids``.
+    """
+    def column(ids, index):
+        return ids[:, min(index, ids.shape[1] - 1)]
+
+    anchor, positive = column(text_ids, 0)[:, None], column(text_ids, 1)[:, None]
+
+    def copies(candidates):
+        return (candidates[None] == anchor) | (candidates[None] == positive)
+
+    mask = copies(column(all_text_ids, 1)) | (column(all_text_ids, 0)[None] == anchor)
+    own = torch.arange(text_ids.shape[0], device=mask.device) + rank * text_ids.shape[0]
+    mask[torch.arange(text_ids.shape[0], device=mask.device), own] = False
+    if hard_negatives:
+        mask = torch.cat([mask, copies(all_text_ids[:, 2])], dim=1)
+    return mask
+
+
 def info_nce_loss(
     anchors: torch.Tensor,
     positives: torch.Tensor,
@@ -59,6 +94,7 @@ def info_nce_loss(
     hard_negative_weight: float = 0.0,
     rank: int = 0,
     world_size: int = 1,
+    candidate_mask: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     r"""InfoNCE with in-batch negatives (SimCSE eq. 1 and, with hard negatives, eq. 5).
 
@@ -77,6 +113,8 @@ def info_nce_loss(
         rank, world_size: this process's place in the process group; with ``world_size > 1`` the positives and hard
             negatives of every process are the candidates (labels offset by ``rank``). The loss stays the mean over
             local anchors.
+        candidate_mask: optional ``(B, candidates)`` boolean, True where a candidate leaves anchor i's denominator
+            (:func:`false_negative_mask`).
     Returns:
         scalar loss (float32, or float64 for float64 inputs).
     """
@@ -90,6 +128,8 @@ def info_nce_loss(
         own_hard_negative = F.one_hot(labels, negative_logits.shape[1]).to(negative_logits.dtype)
         negative_logits = negative_logits + hard_negative_weight * own_hard_negative
         logits = torch.cat([logits, negative_logits], dim=1)
+    if candidate_mask is not None:
+        logits = logits.masked_fill(candidate_mask, float("-inf"))
     return F.cross_entropy(logits, labels)
 
 
@@ -128,6 +168,7 @@ def multi_positive_info_nce_terms(
     temperature: float = 0.05,
     rank: int = 0,
     world_size: int = 1,
+    candidate_mask: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     r"""Per-anchor, per-positive InfoNCE terms of WhitenedCSE (Zhuo et al., 2023, eq. 7-8).
 
@@ -140,6 +181,8 @@ def multi_positive_info_nce_terms(
         anchors: ``(B, H)``.
         positives: ``(B, m, H)``; ``positives[i, p]`` is the ``p``-th positive of ``anchors[i]``.
         rank, world_size: as for :func:`info_nce_loss`.
+        candidate_mask: optional ``(B, N)`` boolean, True where sentence ``j``'s positives leave anchor ``i``'s
+            denominators (:func:`false_negative_mask`), for every ``p``.
     Returns:
         ``(B, m)`` float32 losses ``ℓ_{i,p}``; combine them with :func:`multi_positive_l1_loss` or
         :func:`multi_positive_l2_loss`.
@@ -149,6 +192,8 @@ def multi_positive_info_nce_terms(
     anchors = F.normalize(anchors.float(), dim=-1)
     candidates = F.normalize(positives.float(), dim=-1).transpose(0, 1)  # (m, N, H)
     logits = torch.einsum("bh,mnh->mbn", anchors, candidates) / temperature
+    if candidate_mask is not None:
+        logits = logits.masked_fill(candidate_mask, float("-inf"))
     labels = (torch.arange(batch, device=anchors.device) + rank * batch).repeat(num_positives)
     terms = F.cross_entropy(logits.reshape(num_positives * batch, -1), labels, reduction="none")
     return terms.reshape(num_positives, batch).T

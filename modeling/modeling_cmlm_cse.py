@@ -301,3 +301,31 @@ class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
                 mlm_loss = self.auxiliary(output.embeddings[:, 0], mlm_input_ids, mask, mlm_labels,
                                           None if token_type_ids is None else token_type_ids[:, 0])
         return CMLMCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, mlm_loss=mlm_loss)
+
+    def split_chunks(self, inputs: dict, size: int) -> list:
+        """The encoder's inputs cut as the base class does; the masked copy of view 0 by the same examples (its rows,
+        or its packed row by view 0's token spans)."""
+        names = ("mlm_input_ids", "mlm_labels")
+        chunks = super().split_chunks({k: v for k, v in inputs.items() if k not in names}, size)
+        if inputs.get("mlm_input_ids") is None:
+            return chunks
+        lengths = inputs.get("sequence_lengths")
+        offsets = (None if lengths is None else [0, *lengths[:, 0].cumsum(0).tolist()])
+        start = 0
+        for chunk in chunks:
+            end = start + int((chunk["input_ids"] if lengths is None else chunk["sequence_lengths"]).shape[0])
+            for name in names:
+                value = inputs[name]
+                chunk[name] = value[start:end] if lengths is None else value[:, offsets[start] : offsets[end]]
+            start = end
+        return chunks
+
+    def merge_chunks(self, outputs: list, chunks: list) -> CMLMCSEPreTrainingOutput:
+        """The chunks' embeddings joined; L_MLM, each chunk's mean over its masked tokens, weighted back into the
+        batch's mean over all its masked tokens."""
+        merged = super().merge_chunks(outputs, chunks)
+        mlm_loss = None
+        if outputs[0].mlm_loss is not None:
+            masked = [(chunk["mlm_labels"] != IGNORE_INDEX).sum() for chunk in chunks]
+            mlm_loss = sum(output.mlm_loss * count for output, count in zip(outputs, masked)) / sum(masked).clamp(min=1)
+        return CMLMCSEPreTrainingOutput(embeddings=merged.embeddings, pooled=merged.pooled, mlm_loss=mlm_loss)

@@ -250,6 +250,42 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         embeddings = self.head(pooled.reshape(-1, pooled.shape[-1]))
         return SentenceEmbeddingOutput(embeddings=embeddings.reshape(*pooled.shape[:-1], -1), pooled=pooled)
 
+    # --------------------------------------------------------------------------------------------- gradient caching
+    def split_chunks(self, inputs: dict, size: int) -> list:
+        """A training batch of :meth:`forward`'s arguments cut into consecutive chunks of ``size`` examples, each in
+        the batch's own layout: padded tensors by rows, a packed row by the token spans of its examples (the row is
+        example-major, ``packing.py``). A tensor this model cannot cut is refused, never sliced by guess."""
+        lengths = inputs.get("sequence_lengths")
+        batch = int((inputs["input_ids"] if lengths is None else lengths).shape[0])
+        bounds = [(start, min(start + size, batch)) for start in range(0, batch, size)]
+        if lengths is None:
+            for name, value in inputs.items():
+                if value is not None and value.shape[0] != batch:
+                    raise ValueError(f"cannot cut {name} {tuple(value.shape)} into chunks of a batch of {batch}")
+            return [{name: None if value is None else value[start:end] for name, value in inputs.items()}
+                    for start, end in bounds]
+        unknown = sorted(name for name, value in inputs.items()
+                         if value is not None and name not in ("input_ids", "sequence_lengths"))
+        if unknown:
+            raise ValueError(f"cannot cut {', '.join(unknown)} of a packed batch into chunks")
+        offsets = [0, *lengths.sum(dim=1).cumsum(0).tolist()]
+        return [{"input_ids": inputs["input_ids"][:, offsets[start] : offsets[end]],
+                 "sequence_lengths": lengths[start:end]} for start, end in bounds]
+
+    def chunk_forward(self, **inputs) -> SentenceEmbeddingOutput:
+        """The part of the training forward computed sentence by sentence: on a chunk of a batch (:meth:`split_chunks`)
+        it gives what :meth:`merge_chunks` joins into :meth:`forward`'s output for the whole batch. Gradient caching
+        (``trainers/gradient_cache.py``) runs it twice per chunk. Here the whole forward: encoder, pooler and a head
+        that maps each sentence alone. A method whose head mixes the sentences of a batch overrides both."""
+        return self(**inputs)
+
+    def merge_chunks(self, outputs: list, chunks: list) -> SentenceEmbeddingOutput:
+        """:meth:`forward`'s output for a whole batch from its chunks' :meth:`chunk_forward` outputs, in order:
+        ``merge_chunks([chunk_forward(**c) for c in chunks], chunks)`` equals ``forward(**batch)``, in value and in
+        gradient."""
+        return SentenceEmbeddingOutput(embeddings=torch.cat([output.embeddings for output in outputs]),
+                                       pooled=torch.cat([output.pooled for output in outputs]))
+
     # ----------------------------------------------------------------------------------------------- packed batches
     def packing_unsupported(self) -> Optional[str]:
         """Why this model cannot train on packed batches (``packing.py``), or ``None`` when it can."""

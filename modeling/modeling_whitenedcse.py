@@ -79,6 +79,12 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
         positives ``(batch, 1 + num_positives, hidden)``."""
         if not self.training:
             return super().forward(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
+        return self.whitened_views(self.training_views(input_ids, attention_mask, token_type_ids, token_weights,
+                                                       sequence_lengths))
+
+    def training_views(self, input_ids, attention_mask=None, token_type_ids=None, token_weights=None,
+                       sequence_lengths=None) -> torch.Tensor:
+        """The backbone features ``(batch, views, hidden)`` of a training batch, sentence by sentence."""
         views = self.config.num_views
         shape = tuple(input_ids.shape if sequence_lengths is None else sequence_lengths.shape)
         if len(shape) != (3 if sequence_lengths is None else 2) or shape[1] != views:
@@ -87,10 +93,25 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
                 f"{self.config.positive_source!r}: input_ids (batch, {views}, seq_len) or sequence_lengths "
                 f"(batch, {views}), got {shape}"
             )
-        pooled = self.pool_views(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
+        return self.pool_views(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
+
+    def whitened_views(self, pooled: torch.Tensor) -> SentenceEmbeddingOutput:
+        """The training head on a whole batch's features: the whitening's statistics (and shuffled groups) are the
+        batch's, so it never runs on part of a batch."""
         draws = pooled.transpose(0, 1)  # (views, batch, hidden)
         if self.config.positive_source == "sgw":
             # anchor: one draw of view 0; positives: num_positives independent draws of view 1
             draws = torch.cat([draws[:1], draws[1:2].expand(self.config.num_positives, -1, -1)])
         embeddings = self.mlp(self.whitening(draws))  # (1 + num_positives, batch, hidden)
         return SentenceEmbeddingOutput(embeddings=embeddings.transpose(0, 1), pooled=pooled)
+
+    def chunk_forward(self, **inputs) -> SentenceEmbeddingOutput:
+        """In training, the backbone features only: the whitening needs the whole batch (:meth:`merge_chunks`)."""
+        if not self.training:
+            return super().chunk_forward(**inputs)
+        return SentenceEmbeddingOutput(pooled=self.training_views(**inputs))
+
+    def merge_chunks(self, outputs: list, chunks: list) -> SentenceEmbeddingOutput:
+        if not self.training:
+            return super().merge_chunks(outputs, chunks)
+        return self.whitened_views(torch.cat([output.pooled for output in outputs]))

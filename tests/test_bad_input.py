@@ -63,6 +63,11 @@ ROWS = [
         "(see csekit train simcse --help)"),
     Row("csekit train simcse --per_device_train_batch_size 0", "batch size ≤ 0", "csekit train simcse: error: "
         "argument --per_device_train_batch_size: must be an integer >= 1, got '0' (see csekit train simcse --help)"),
+    Row("csekit train simcse --mini_batch_size 0", "mini-batch ≤ 0", "csekit train simcse: error: "
+        "argument --mini_batch_size: must be an integer >= 1, got '0' (see csekit train simcse --help)"),
+    Row("csekit train simcse --duplicate_negatives drop", "unknown choice", "csekit train simcse: error: argument "
+        "--duplicate_negatives/--duplicate-negatives: invalid choice: 'drop' (choose from 'keep', 'mask') (see "
+        "csekit train simcse --help)"),
     Row("csekit train simcse --train_file bad-utf8.txt", "non-UTF-8 data file",
         E + "bad-utf8.txt:2: not valid UTF-8 (invalid start byte at byte 0)"),
     Row("csekit train simcse --train_file empty.txt", "empty data file",
@@ -81,6 +86,9 @@ ROWS = [
     Row("csekit train clsr --per_device_train_batch_size 0", "batch size ≤ 0",
         "csekit train clsr: error: argument --per_device_train_batch_size: must be an integer >= 1, got '0' "
         "(see csekit train clsr --help)"),
+    Row("csekit train clsr --mini_batch_size 4", "gradient caching (does not apply)",
+        E + "--mini_batch_size does not apply to clsr: its frozen encoder runs once per sentence outside the steps "
+        "and the head trains on cached vectors, so every batch fits whole"),
     Row("csekit train clsr --encode_batch_size 0", "batch size ≤ 0",
         "csekit train clsr: error: argument --encode_batch_size: must be an integer >= 1, got '0' "
         "(see csekit train clsr --help)"),

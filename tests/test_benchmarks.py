@@ -1,5 +1,5 @@
-"""Speed: benchmarks/gpu_throughput.py stays runnable on the CPU at tiny sizes and its JSON holds
-what RESULTS.md reads; the speed-ups in the training path leave their outputs unchanged."""
+"""Speed: benchmarks/gpu_throughput.py and gradient_cache.py stay runnable on the CPU at tiny sizes and their JSON
+holds what RESULTS.md reads; the speed-ups in the training path leave their outputs unchanged."""
 
 import json
 
@@ -106,3 +106,17 @@ def test_unsupervised_collation_tokenizes_once_and_equals_tokenizing_every_view(
         assert batch[key].shape == (64, views, value.shape[-1])
         for view in range(views):
             assert torch.equal(batch[key][:, view], value[view * 64 : (view + 1) * 64])
+
+
+def test_gradient_cache_benchmark_runs_each_configuration_in_its_own_process(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    import gradient_cache
+
+    gradient_cache.main(["--size", "tiny", "--batch", "8", "--mini-batches", "4", "--rounds", "1", "--device", "cpu",
+                         "--threads", "1", "--output", str(tmp_path)])
+    record = json.loads((tmp_path / "gradient_cache.json").read_text())
+    assert list(record["results"]) == ["uncached", "cached M=4"]
+    for name, result in record["results"].items():
+        (run,) = result["runs"]
+        assert run["cached"] == (name != "uncached") and run["seconds"] > 0 and run["activation_bytes"] > 0
+    assert (tmp_path / "gradient_cache.md").read_text().startswith("Command: `python benchmarks/gradient_cache.py")

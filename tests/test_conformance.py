@@ -13,7 +13,8 @@ is a capability of its registry entry, and the test says so when it skips.
   uninterrupted run's weights, for every random draw of the method (``stochastic``; the backbone has dropout);
 * ``--bf16`` (``--fp16`` on a GPU): the encoder computes in half precision, the losses and the whitening stay float32
   (``mixed_precision``);
-* 2 processes equal 1 (``processes``), launched once for every method (``dist_worker.py``);
+* 2 processes equal 1 (``processes``), launched once for every method (``dist_worker.py``); with
+  ``--mini_batch_size`` (``gradient_caching``), 2 caching processes equal 1 uncached;
 * bad input: one line, exit status 2, nothing written.
 """
 
@@ -320,17 +321,22 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
     root = tmp_path_factory.mktemp("processes")
     backbone = save_tiny_backbone(root / "backbone", tokenizer, dropout=0.0)
     two, one = [], []
-    for method in selected(request, test_two_processes_train_what_one_process_trains_with_the_whole_batch):
+    cached = selected(request, test_two_processes_with_gradient_caching_train_what_one_process_trains_uncached)
+    plain = selected(request, test_two_processes_train_what_one_process_trains_with_the_whole_batch)
+    for method in [method for method in METHODS.values() if method in plain or method in cached]:
         # the whitening computes in float32, whose rounding Adam's first steps turn into +-lr for near-zero
         # gradients: plain SGD and temperature 1 keep the comparison at rounding level
         extra = ("--optim", "sgd", "--temperature", "1.0") if method.processes == "per-process whitening" else ()
 
         def job(name, batch, **options):
-            argv = recipe_argv(method, backbone, data, root / name / "out", *extra, steps=2, batch=batch)
+            chunks = ("--mini_batch_size", options.pop("mini_batch_size")) if "mini_batch_size" in options else ()
+            argv = recipe_argv(method, backbone, data, root / name / "out", *extra, *chunks, steps=2, batch=batch)
             return {"method": method.name, "recipe": method.recipe, "argv": argv,
                     "options": {"float64": trains_with_trainer(method), **options}}
 
         two.append(job(f"{method.name}-2", BATCH))
+        if method in cached:  # chunks of 3 and 1: one chunk smaller than the other
+            two.append(job(f"{method.name}-2-cached", BATCH, mini_batch_size=BATCH - 1))
         one.append(job(f"{method.name}-1", 2 * BATCH))
         if method.processes == "per-process whitening":
             one.append(job(f"{method.name}-1-shards", 2 * BATCH, whitening_shards=2))
@@ -374,6 +380,17 @@ def test_two_processes_train_what_one_process_trains_with_the_whole_batch(method
     assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("method", methods("gradient_caching"))
+def test_two_processes_with_gradient_caching_train_what_one_process_trains_uncached(method, launched):
+    """Each process caches its own chunks; the loss gathers every process's embeddings, and the gradients are
+    averaged as DDP averages them (``trainers/gradient_cache.py``)."""
+    name = method.name
+    assert len(records(launched / f"{name}-2-cached" / "out")) == 2
+    reference = f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1"
+    one, two = (load_weights(launched / run / "out" / "checkpoint-2") for run in (reference, f"{name}-2-cached"))
+    assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 def bad_inputs(method: Method, tmp_path: Path) -> dict:
     float_flag = next(f.name for f in config_fields(method.config_class) if f.type is float)
@@ -383,6 +400,9 @@ def bad_inputs(method: Method, tmp_path: Path) -> dict:
         "not finite": ([f"--{float_flag}", "nan"], f"--{float_flag}"),
         "no such config": (["--config", str(tmp_path / "missing.yaml")], "no such file"),
         "a missing train file": (["--train_file", str(tmp_path / "missing.txt")], "missing.txt"),
+        "a mini-batch of 0": (["--mini_batch_size", "0"], "--mini_batch_size"),
+        **({} if method.gradient_caching else {
+            "gradient caching where it does not apply": (["--mini_batch_size", "4"], "--mini_batch_size")}),
     }
 
 

@@ -67,7 +67,7 @@ METHOD = register(Method(
     name="throwaway", paper="none (a test)", card="simcse.md", recipe=__name__,
     config="csekit.modeling.configuration_throwaway:ThrowawayConfig",
     model="csekit.modeling.modeling_throwaway:ThrowawayModel",
-    trainer=f"{{__name__}}:ThrowawayTrainer", test_flags=("--pooler_type", "cls"),
+    trainer=f"{{__name__}}:ThrowawayTrainer", test_flags=("--pooler_type", "cls"), gradient_caching=True,
 ))
 RECIPE = ContrastiveRecipe(METHOD, description="A throwaway method.")
 main = RECIPE.main

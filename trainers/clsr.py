@@ -79,6 +79,10 @@ class CLSRTrainingArguments:
     resume_accept_changes: bool = field(default=False, metadata={
         "help": "Resume from a checkpoint made with another batch size (refused otherwise: the result is not the "
                 "uninterrupted run's); training_args.json records it."})
+    mini_batch_size: Optional[int] = field(default=None, metadata={
+        "help": "Gradient caching does not apply to CLSR and is refused: its frozen encoder runs once per sentence, "
+                "outside the steps (the vector cache), and the head trains on vectors, so the paper's 512 pairs fit "
+                "whole."})
 
     def run_record(self) -> dict:
         """The setup a resume from this run's checkpoints must match (:func:`csekit.preflight.check_resume`)."""
@@ -86,6 +90,9 @@ class CLSRTrainingArguments:
 
     def __post_init__(self):
         check_training_arguments(self)
+        if self.mini_batch_size is not None:
+            raise DataError("--mini_batch_size does not apply to clsr: its frozen encoder runs once per sentence "
+                            "outside the steps and the head trains on cached vectors, so every batch fits whole")
         if self.eval_epochs < 1 or self.warmup_epochs < 0 or self.save_epochs < 0:
             raise DataError("--eval_epochs must be >= 1, --warmup_epochs and --save_epochs >= 0")
 

@@ -1,5 +1,6 @@
 """Collators that turn text examples into tokenized contrastive views, padded or packed."""
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -12,6 +13,7 @@ from .randomness import ExampleDraws
 logger = logging.getLogger(__name__)
 
 
+TEXT_IDS = "text_ids"  # the batch key of the texts' identities (--duplicate_negatives mask)
 PROBE_SENTENCES = ("A man is playing a guitar.", "Two dogs run through the snow in a park.")
 
 
@@ -29,6 +31,11 @@ def enable_padding_free(model, tokenizer, max_length: int) -> bool:
         logger.info("padding-free training is off, batches are padded: %s", reason)
         return False
     return True
+
+
+def text_id(text: str) -> int:
+    """A 63-bit identity of ``text`` (equal texts, equal ids; a collision between two texts is a 2^-63 event)."""
+    return int.from_bytes(hashlib.blake2b(str(text).encode(), digest_size=8).digest(), "little") >> 1
 
 
 @dataclass
@@ -52,6 +59,8 @@ class ContrastiveCollator:
         padding_free: emit packed batches (the model must run them: :func:`enable_padding_free`).
         draws: the seeds of every random draw the collator makes (``randomness.py``): per example and epoch, so a
             resumed run collates the uninterrupted run's batches.
+        text_ids: also return ``text_ids (batch, columns)``, a 63-bit hash of each example's texts (``sent0``,
+            ``sent1``, ``hard_neg``) before any augmentation: equal texts, equal ids (``--duplicate_negatives``).
     """
 
     tokenizer: object
@@ -60,6 +69,7 @@ class ContrastiveCollator:
     augment: Optional[Callable] = None
     padding_free: bool = False
     draws: ExampleDraws = field(default_factory=ExampleDraws)
+    text_ids: bool = False
 
     @property
     def draws_at_random(self) -> bool:
@@ -82,8 +92,14 @@ class ContrastiveCollator:
         return views
 
     def __call__(self, features: list) -> dict:
-        views = self.view_texts(features)
-        batch_size, num_views = len(features), len(views)
+        batch = self.collate_views(self.view_texts(features))
+        if self.text_ids:
+            columns = [name for name in PAIR_COLUMNS if name in features[0]]
+            batch[TEXT_IDS] = torch.tensor([[text_id(f[name]) for name in columns] for f in features])
+        return batch
+
+    def collate_views(self, views: list) -> dict:
+        batch_size, num_views = len(views[0]), len(views)
         if self.padding_free:
             return self.pack(views)
         if all(texts is views[0] for texts in views):  # unsupervised, no augmentation: tokenize once, repeat

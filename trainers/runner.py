@@ -126,6 +126,30 @@ def training_curve(log_history: list, dev_task: str = DEV_TASKS[0]) -> list:
     return [curve[step] for step in sorted(curve)]
 
 
+def batch_record(training_args, trainer_class, columns: tuple) -> dict:
+    """What one step learns from: the per-device batch, the processes, the accumulation, the mini-batch of
+    gradient caching and the in-batch negatives each anchor sees (the per-device batch times the processes;
+    accumulation adds steps, not negatives). Logged at the start, kept in ``eval_results.json`` and the card."""
+    per_device, processes = training_args.per_device_train_batch_size, training_args.world_size
+    accumulation, mini = training_args.gradient_accumulation_steps, training_args.mini_batch_size
+    return {"per_device_train_batch_size": per_device, "processes": processes,
+            "gradient_accumulation_steps": accumulation,
+            "mini_batch_size": mini if mini and mini < per_device else None,
+            "examples_per_update": per_device * processes * accumulation,
+            "negatives_per_anchor": trainer_class.negatives_per_anchor(per_device * processes, columns),
+            "duplicate_negatives": training_args.duplicate_negatives}
+
+
+def describe_batch(record: dict) -> str:
+    """:func:`batch_record` in one line."""
+    mini = record["mini_batch_size"]
+    return (f"batch: {record['per_device_train_batch_size']} per device x {record['processes']} process(es) x "
+            f"{record['gradient_accumulation_steps']} accumulation step(s) = {record['examples_per_update']} examples "
+            f"per update{f', encoded in chunks of {mini} (gradient caching)' if mini else ''}; each anchor sees "
+            f"{record['negatives_per_anchor']} in-batch negatives per step"
+            f"{' less masked duplicates' if record['duplicate_negatives'] == 'mask' else ''}")
+
+
 def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,
                table: Optional[str] = None) -> None:
     """The end of every recipe, on the main process, once the model and its tokenizer are saved in ``staging``: the
@@ -181,6 +205,10 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         accepted = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
         raise DataError(f"{data_args.train_file}: columns {','.join(columns)}, but {recipe.method.name} trains on "
                         f"{accepted} (a .txt is one sentence a line)")
+    if training_args.mini_batch_size and not recipe.method.gradient_caching:
+        raise DataError(f"--mini_batch_size: {recipe.method.name} does not support gradient caching (the registry's "
+                        "gradient_caching capability)")
+    batch = batch_record(training_args, recipe.trainer_class, columns)
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
     if training_args.torch_compile and data_args.padding_free:
@@ -190,6 +218,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     collator = recipe.collator(tokenizer, model, data_args, extra_args)
     if hasattr(collator, "draws"):  # its random draws derive from the run's seed (randomness.py)
         collator.draws.seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
+    collator.text_ids = training_args.duplicate_negatives == "mask"
     trainer = recipe.trainer_class(
         model=model,
         args=training_args,
@@ -198,6 +227,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         processing_class=tokenizer,
         sts_evaluator=dev,
     )
+    logger.info(describe_batch(batch))
     folder.acquire(lock=trainer.is_world_process_zero())
     try:
         trainer.train(resume_from_checkpoint=resume)
@@ -217,7 +247,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                 results = scores[test.aggregation]
                 record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results,
                           "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
-                          "training_curve": training_curve(trainer.state.log_history)}
+                          "training_curve": training_curve(trainer.state.log_history), "batch": batch}
                 table = format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)")
             finish_run(folder.staging, training_args.output_dir, arguments, record, table)
     finally:
@@ -239,4 +269,5 @@ def main_guard(main: Callable, argv: Optional[list] = None) -> None:
         sys.exit(code)
 
 
-__all__ = ["ContrastiveRecipe", "finish_run", "main_guard", "run_recipe", "training_curve"]
+__all__ = ["ContrastiveRecipe", "batch_record", "describe_batch", "finish_run", "main_guard", "run_recipe",
+           "training_curve"]

@@ -12,16 +12,23 @@ class SimCSETrainer(ContrastiveTrainer):
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config
         embeddings = outputs.embeddings  # (batch, views, hidden)
+        hard_negatives = embeddings.shape[1] > 2
         contrastive = info_nce_loss(
             embeddings[:, 0],
             embeddings[:, 1],
-            hard_negatives=embeddings[:, 2] if embeddings.shape[1] > 2 else None,
+            hard_negatives=embeddings[:, 2] if hard_negatives else None,
             temperature=config.temperature,
             hard_negative_weight=config.hard_negative_weight,
             rank=self.accelerator.process_index,
             world_size=self.accelerator.num_processes,
+            candidate_mask=self.duplicate_mask(inputs, hard_negatives),
         )
         return {"loss": contrastive, "contrastive": contrastive}
+
+    @classmethod
+    def negatives_per_anchor(cls, examples_per_step: int, columns: tuple) -> int:
+        """Every other example's positive, and every example's hard negative when the data has them."""
+        return examples_per_step * (2 if "hard_neg" in columns else 1) - 1
 
 
 __all__ = ["SimCSETrainer"]

@@ -1,6 +1,7 @@
 """Trainer extensions: combined contrastive losses with per-component logging, STS-based model selection, and
 checkpoints that appear only when complete."""
 
+import logging
 import math
 import os
 import shutil
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from accelerate.utils import DistributedType
 from huggingface_hub import HfApi
 from transformers import Trainer, TrainerCallback
 from transformers.trainer import TRAINING_ARGS_NAME
@@ -18,11 +20,17 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
+from ..modeling.losses import false_negative_mask
 from ..modeling.modeling_encoder import SentenceEncoderForTraining
 from ..preflight import RUN_RECORD, checkpoint_problem
+from .collators import TEXT_IDS
+from .gradient_cache import GradientCache, average_gradients, unsupported_device
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
+logger = logging.getLogger(__name__)
 TRAINER_STATE = "trainer_state.json"
+# where a cached step's gradients are averaged as DDP averages them; other engines shard or own the backward
+CACHING_DISTRIBUTED_TYPES = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
 
 
 def run_record(method: str, args) -> dict:
@@ -31,6 +39,11 @@ def run_record(method: str, args) -> dict:
     each step's batch and its negatives."""
     return {"method": method, "per_device_train_batch_size": args.per_device_train_batch_size,
             "processes": args.world_size, "gradient_accumulation_steps": args.gradient_accumulation_steps}
+
+
+def model_inputs(inputs: dict) -> dict:
+    """A batch without what only the loss reads (the texts' identities of ``--duplicate_negatives mask``)."""
+    return {name: value for name, value in inputs.items() if name != TEXT_IDS}
 
 
 def complete_checkpoints(folder: Path) -> str:
@@ -92,6 +105,9 @@ class ContrastiveTrainer(Trainer):
     checkpoint by dev Spearman.
 
     Subclasses implement ``compute_losses(model, outputs, inputs) -> {"loss": total, "<name>": component, ...}``.
+
+    With ``args.mini_batch_size`` below the per-device batch, every step is one exact gradient-cached step
+    (:mod:`.gradient_cache`): the same loss and gradients, with one chunk's activations in memory at a time.
     """
 
     # our losses are per-batch means: let Trainer divide by the accumulation steps
@@ -143,22 +159,98 @@ class ContrastiveTrainer(Trainer):
         self._checkpoint_run_dir = None
         self._losses_finite = None  # every micro-batch loss of the current update finite (a device tensor)
         self._update_losses = []  # the loss components of the update's micro-batches, for the message
+        self._count_sums = defaultdict(float)  # counts logged per step (masked duplicate pairs)
+        self.gradient_cache = self.make_gradient_cache()
+        if getattr(self.args, "duplicate_negatives", "keep") == "mask" and not getattr(self.data_collator,
+                                                                                      "text_ids", False):
+            raise DataError("--duplicate_negatives mask needs the texts' identities in each batch: a collator with "
+                            "text_ids=True (ContrastiveCollator)")
+
+    @classmethod
+    def negatives_per_anchor(cls, examples_per_step: int, columns: tuple) -> int:
+        """The in-batch negatives each anchor is contrasted with in one step of ``examples_per_step`` examples (the
+        per-device batch times the processes; accumulation adds none) of the data ``columns``: every other
+        example's positive."""
+        return examples_per_step - 1
+
+    def make_gradient_cache(self) -> Optional[GradientCache]:
+        """The gradient cache of ``--mini_batch_size`` (``None`` when unset or not below the per-device batch);
+        whatever it cannot do exactly is refused in one line."""
+        size = getattr(self.args, "mini_batch_size", None)
+        if not size:
+            return None
+        batch = self.args.per_device_train_batch_size
+        if size >= batch:
+            logger.info("--mini_batch_size %d is not below the per-device batch %d: each step is encoded whole, "
+                        "without gradient caching", size, batch)
+            return None
+        reason = unsupported_device(self.args.device)
+        if reason is None and self.accelerator.distributed_type not in CACHING_DISTRIBUTED_TYPES:
+            reason = (f"it runs under DDP (one process per device) or in one process, not "
+                      f"{self.accelerator.distributed_type.value}")
+        if reason is None and self.args.n_gpu > 1:
+            reason = "one process drives several GPUs (DataParallel); launch one process per GPU with accelerate"
+        if reason is not None:
+            raise DataError(f"--mini_batch_size: {reason}")
+        return GradientCache(size, self.args.device)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         raise NotImplementedError
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        outputs = model(**inputs)
+        outputs = model(**model_inputs(inputs))
         losses = self.compute_losses(model, outputs, inputs)
         if model.training:
-            for name, value in losses.items():
-                if name != "loss":
-                    self._component_sums[name] += value.detach().float()
-            self._component_count += 1
-            finite = torch.isfinite(losses["loss"].detach())  # read once per update, in _get_grad_norm
-            self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
-            self._update_losses.append({name: value.detach() for name, value in losses.items()})
+            self.record_losses(losses)
         return (losses["loss"], outputs) if return_outputs else losses["loss"]
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """The Trainer's step, or with ``--mini_batch_size`` the gradient-cached one: the same loss scaling and
+        ``accelerator.backward`` for the loss, then the chunks' backward passes, then the gradients averaged over
+        processes as DDP would."""
+        if self.gradient_cache is None:
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+            self.optimizer.train()
+        inputs = self._prepare_inputs(inputs)
+        steps = self.current_gradient_accumulation_steps
+
+        def backward(loss):
+            self.accelerator.backward(loss / steps)
+
+        losses = self.gradient_cache.step(self.accelerator.unwrap_model(model), model_inputs(inputs),
+                                          lambda outputs: self.compute_losses(model, outputs, inputs), backward,
+                                          self.accelerator.autocast)
+        self.record_losses(losses)
+        average_gradients(model.parameters(), self.accelerator.num_processes)
+        return losses["loss"] / steps
+
+    def record_losses(self, losses: dict) -> None:
+        """Keep a training micro-batch's loss components for the log and its finiteness for the update's check."""
+        for name, value in losses.items():
+            if name != "loss":
+                self._component_sums[name] += value.detach().float()
+        self._component_count += 1
+        finite = torch.isfinite(losses["loss"].detach())  # read once per update, in _get_grad_norm
+        self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
+        self._update_losses.append({name: value.detach() for name, value in losses.items()})
+
+    def duplicate_mask(self, inputs: dict, hard_negatives: bool = False) -> Optional[torch.Tensor]:
+        """With ``--duplicate_negatives mask``, the in-batch candidates each local anchor must not be contrasted with
+        (:func:`~csekit.modeling.losses.false_negative_mask` over every process's texts), counted for the log as
+        ``masked_pairs`` per step; ``None`` otherwise (the paper's loss)."""
+        if getattr(getattr(self, "args", None), "duplicate_negatives", "keep") != "mask":
+            return None
+        text_ids = inputs.get(TEXT_IDS)
+        if text_ids is None:
+            raise DataError("--duplicate_negatives mask: the batch has no text_ids (use ContrastiveCollator with "
+                            "text_ids=True)")
+        everyone = self.accelerator.gather(text_ids) if self.accelerator.num_processes > 1 else text_ids
+        mask = false_negative_mask(text_ids, everyone, self.accelerator.process_index, hard_negatives)
+        if self.model.training:
+            self._count_sums["masked_pairs"] += mask.sum().detach().float()
+        return mask
 
     def _get_grad_norm(self, model, grad_norm=None):
         """The Trainer's gradient norm, read before every optimizer step, and the one place a non-finite loss or
@@ -188,6 +280,12 @@ class ContrastiveTrainer(Trainer):
             means = torch.stack([torch.as_tensor(self._component_sums[n]) for n in names]) / self._component_count
             means = self.accelerator.reduce(means.to(self.accelerator.device), reduction="mean")
             logs.update({f"loss_{name}": float(f"{value:.6g}") for name, value in zip(names, means.tolist())})
+            if self._count_sums:  # summed over processes, per optimizer step
+                steps = self._component_count / self.args.gradient_accumulation_steps
+                counts = torch.stack([torch.as_tensor(value) for value in self._count_sums.values()])
+                counts = self.accelerator.reduce(counts.to(self.accelerator.device), reduction="sum") / steps
+                logs.update({name: float(f"{value:.6g}") for name, value in zip(self._count_sums, counts.tolist())})
+                self._count_sums.clear()
             self._component_sums.clear()
             self._component_count = 0
         super().log(logs, start_time)

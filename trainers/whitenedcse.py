@@ -55,6 +55,7 @@ class WhitenedCSETrainer(ContrastiveTrainer):
             temperature=config.temperature,
             rank=self.accelerator.process_index,
             world_size=self.accelerator.num_processes,
+            candidate_mask=self.duplicate_mask(inputs),
         )
         total = MULTI_POSITIVE_LOSSES[config.loss_type](terms, config.positive_weights)
         losses = {"loss": total, "contrastive": total}

@@ -204,6 +204,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         pooler=config.pooler_type,
         hyperparameters=hyperparameter_rows(config, arguments),
         training_seconds=record.get("wall_seconds"),
+        batch=record.get("batch"),
         sts_columns=STS_COLUMNS,
         sts=record["sts"],
         base_sts=record.get("base_sts"),

@@ -1,0 +1,272 @@
+"""Exact gradient caching (``--mini_batch_size``, ``trainers/gradient_cache.py``), for every method whose registry
+entry has ``gradient_caching``.
+
+Every comparison is against an uncached reference built here, never a second implementation of caching:
+
+* dropout off: a cached step (batch 8 in chunks of 3, 3 and 2) has the loss and every parameter gradient of the
+  Trainer's own uncached step on the whole batch; padded and packed, float64 and float32;
+* dropout on: a cached step equals the full-graph step with the same per-chunk random states: the chunks encoded one
+  after the other from the step's random state *with* the graph kept, then one loss and one backward;
+* ``--bf16``: the cached step runs the encoder in bfloat16 and keeps the losses float32.
+
+2 processes with caching equal 1 without: ``test_conformance.py`` (its launch has a cached job per method).
+"""
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from conftest import save_tiny_backbone
+from csekit.methods import METHODS
+
+BATCH, CHUNK = 8, 3  # chunks of 3, 3 and 2 examples: a last chunk smaller than the others
+
+
+def cases(every_draw: bool = False) -> list:
+    """``(method, columns, flags)`` of every method with ``gradient_caching``; with ``every_draw`` also each of its
+    random draws that flags turn on (``stochastic``: other views, augmented texts)."""
+    found = []
+    for method in METHODS.values():
+        if not method.gradient_caching:
+            continue
+        found.append(pytest.param(method, (), (), id=method.name))
+        if method.name == "simcse":  # supervised: pairs with hard negatives, whose views have their own lengths
+            found.append(pytest.param(method, ("hard_neg",), (), id="simcse-triplets"))
+        for label, flags in method.stochastic.items() if every_draw else ():
+            if flags:
+                found.append(pytest.param(method, (), flags, id=f"{method.name}-{label.replace(' ', '-')}"))
+    return found
+
+
+def examples(method, sentences: list, columns: tuple) -> list:
+    """A batch of training rows: unsupervised sentences, or triplets built from them (with a repeated text)."""
+    rows = []
+    for index in range(BATCH):
+        row = {"sent0": sentences[index], "example_index": index}
+        if columns:
+            row.update(sent1=sentences[index + BATCH], hard_neg=sentences[index + 2 * BATCH])
+        rows.append(row)
+    return rows
+
+
+def build(method, backbone, tmp_path, *flags, dtype=torch.float32):
+    """The recipe's own model, collator and trainer for ``flags`` (``--mini_batch_size`` among them or not)."""
+    recipe = method.recipe_module.RECIPE
+    argv = ["--model_name_or_path", str(backbone), "--output_dir", str(tmp_path / "out"),
+            "--per_device_train_batch_size", str(BATCH), "--max_seq_length", "16", "--report_to", "none",
+            "--eval_strategy", "no", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
+            *method.test_flags, *flags]
+    model_args, data_args, training_args, extra_args = recipe.parse(argv)
+    torch.manual_seed(0)
+    model = recipe.build_model(str(backbone), model_args).to(dtype)
+    model.tokenizer = AutoTokenizer.from_pretrained(backbone)
+    collator = recipe.collator(model.tokenizer, model, data_args, extra_args)
+    trainer = recipe.trainer_class(model=model, args=training_args, data_collator=collator)
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def step(trainer, batch: dict, seed: int = 0, repeats: int = 1) -> tuple:
+    """``repeats`` training steps on ``batch`` from the random state ``seed``, their gradients summed: the last loss
+    and the gradient of every parameter. (A second step sees the random state the first one left.)"""
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    for _ in range(repeats):
+        loss = trainer.training_step(model, {name: value.clone() for name, value in batch.items()})
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_step(reference: tuple, other: tuple, rtol: float, atol: float) -> None:
+    (loss, gradients), (other_loss, other_gradients) = reference, other
+    torch.testing.assert_close(other_loss, loss, rtol=rtol, atol=atol)
+    assert gradients.keys() == other_gradients.keys()
+    # absolute tolerance relative to the largest gradient of the step: some gradients are zero in exact arithmetic
+    # (a key bias under softmax) and hold only rounding, which no relative tolerance of their own bounds
+    scale = max(float(gradient.abs().max()) for gradient in gradients.values())
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(other_gradients[name], gradient, rtol=rtol, atol=atol * scale, msg=name)
+    assert any(float(g.abs().max()) > 0 for name, g in gradients.items() if name.startswith("encoder."))
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory, tokenizer) -> dict:
+    root = tmp_path_factory.mktemp("cache_backbones")
+    return {dropout: save_tiny_backbone(root / str(dropout), tokenizer, dropout=dropout) for dropout in (0.0, 0.1)}
+
+
+@pytest.fixture(scope="module")
+def sentences(corpus) -> list:
+    return corpus.read_text().splitlines()[: 3 * BATCH]
+
+
+def in_model_dtype(trainer):
+    """WhitenedCSE's whitening computes in float32 and returns float32: hand its output back in the model's dtype,
+    so the float64 test model stays float64 after it (as ``dist_worker.py`` does)."""
+    whitening = getattr(trainer.model, "whitening", None)
+    if whitening is not None:
+        forward = whitening.forward
+        whitening.forward = lambda features, *args, **kwargs: forward(features, *args, **kwargs).to(features.dtype)
+    return trainer
+
+
+def largest_difference(gradients: dict, reference: dict) -> float:
+    return max(float((gradients[name] - value).abs().max()) for name, value in reference.items())
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+@pytest.mark.parametrize("method, columns, options", cases(every_draw=True))
+def test_a_cached_step_has_the_uncached_steps_loss_and_gradients(method, columns, options, layout, backbones,
+                                                                 sentences, tmp_path):
+    flags = ("--padding_free", str(layout == "packed").lower(), *options)
+    steps = {}
+    for dtype in (torch.float64, torch.float32):
+        for name, extra in (("uncached", ()), ("cached", ("--mini_batch_size", str(CHUNK)))):
+            trainer = in_model_dtype(build(method, backbones[0.0], tmp_path / f"{name}{dtype}", *flags, *extra,
+                                           dtype=dtype))
+            assert (trainer.gradient_cache is not None) == bool(extra)
+            batch = trainer.data_collator(examples(method, sentences, columns))
+            assert ("sequence_lengths" in batch) == (layout == "packed")
+            steps[name, dtype] = step(trainer, batch, repeats=2)
+    # float64: exact to rounding (1e-9 of the step's largest gradient). WhitenedCSE's whitening computes in float32
+    # whatever the model's dtype, so its steps round as float32 does (1e-5).
+    tolerance = 1e-9 if method.processes == "global" else 1e-5
+    assert_same_step(steps["uncached", torch.float64], steps["cached", torch.float64], rtol=tolerance, atol=tolerance)
+    # float32: on a random tiny encoder every sentence is nearly the same vector and the gradients are differences of
+    # near-equal terms, so float32 summation order alone moves some by ~1%; the cached step is held to float32's own
+    # error on this step: no farther from the float64 step than the uncached float32 step is (x 4)
+    exact = steps["uncached", torch.float64][1]
+    gradients32 = {name: {key: value.double() for key, value in steps[name, torch.float32][1].items()}
+                   for name in ("uncached", "cached")}
+    rounding = largest_difference(gradients32["uncached"], exact)
+    assert largest_difference(gradients32["cached"], exact) <= 4 * rounding + 1e-12
+    torch.testing.assert_close(steps["cached", torch.float32][0], steps["uncached", torch.float32][0], rtol=1e-5,
+                               atol=0)
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+@pytest.mark.parametrize("method, columns, options", cases(every_draw=True))
+def test_with_dropout_a_cached_step_equals_the_full_graph_step_with_the_same_random_states(
+        method, columns, options, layout, backbones, sentences, tmp_path):
+    flags = ("--padding_free", str(layout == "packed").lower(), *options)
+    cached = in_model_dtype(build(method, backbones[0.1], tmp_path / "cached", *flags, "--mini_batch_size",
+                                  str(CHUNK), dtype=torch.float64))
+    batch = cached.data_collator(examples(method, sentences, columns))
+    result = step(cached, batch, seed=11)
+
+    # the reference: the same chunks encoded with the graph kept, one after the other from the same random state
+    # (each chunk then starts from the state the previous one left), then one loss and one backward
+    model = copy.deepcopy(cached.model)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(11)
+    inputs = {name: value for name, value in batch.items() if name != "text_ids"}
+    chunks = [inputs_of(inputs, start) for start in range(0, BATCH, CHUNK)]
+    outputs = [model.chunk_forward(**chunk) for chunk in chunks]
+    losses = cached.compute_losses(model, model.merge_chunks(outputs, chunks), batch)
+    losses["loss"].backward()
+    reference = (losses["loss"].detach(), {name: p.grad for name, p in model.named_parameters() if p.grad is not None})
+    tolerance = 1e-9 if method.processes == "global" else 1e-5  # as above
+    assert_same_step(reference, result, rtol=tolerance, atol=tolerance)
+
+    # the dropout masks matter: another random state gives other gradients
+    other = step(cached, batch, seed=12)
+    assert not torch.allclose(other[1]["encoder.embeddings.word_embeddings.weight"],
+                              result[1]["encoder.embeddings.word_embeddings.weight"])
+
+
+def inputs_of(inputs: dict, start: int) -> dict:
+    """Rows ``start .. start + CHUNK`` of a batch, written out here from the layouts the collators make (padded
+    rows; a packed row is example-major; CMLM-CSE's masked copy of view 0 packs view 0's sentences)."""
+    end = min(start + CHUNK, BATCH)
+    lengths = inputs.get("sequence_lengths")
+    if lengths is None:
+        return {name: value[start:end] for name, value in inputs.items()}
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.sum(dim=1).cumsum(0)])
+    chunk = {"input_ids": inputs["input_ids"][:, offsets[start] : offsets[end]],
+             "sequence_lengths": lengths[start:end]}
+    if "mlm_input_ids" in inputs:
+        first = torch.cat([torch.zeros(1, dtype=torch.long), lengths[:, 0].cumsum(0)])
+        for name in ("mlm_input_ids", "mlm_labels"):
+            chunk[name] = inputs[name][:, first[start] : first[end]]
+    return chunk
+
+
+@pytest.mark.parametrize("method, columns, options", cases())
+def test_a_cached_bf16_step_encodes_in_bfloat16_and_keeps_the_losses_float32(method, columns, options, backbones,
+                                                                            sentences, tmp_path):
+    from conftest import record_output_dtypes
+
+    seen = {}
+    cached = build(method, backbones[0.0], tmp_path / "cached", "--bf16", "true", "--mini_batch_size", str(CHUNK))
+    uncached = build(method, backbones[0.0], tmp_path / "plain", "--bf16", "true")
+    uncached.accelerator.prepare_model(uncached.model)  # what Trainer.train does: its forward runs in autocast
+    record_output_dtypes(cached.model, seen)
+    compute_losses = cached.compute_losses
+
+    def recording(model, outputs, inputs):
+        losses = compute_losses(model, outputs, inputs)
+        seen["embeddings"] = {outputs.embeddings.dtype}
+        seen["losses"] = {value.dtype for value in losses.values()}
+        return losses
+
+    cached.compute_losses = recording
+    batch = cached.data_collator(examples(method, sentences, columns))
+    result = step(cached, batch)
+    assert seen["encoder"] == {torch.bfloat16}
+    assert seen["embeddings"] == seen["losses"] == {torch.float32}
+    # the same step to bfloat16's precision: no farther from the float32 step than the uncached bfloat16 step is
+    exact = step(build(method, backbones[0.0], tmp_path / "float32"), batch)[1]
+    rounding = largest_difference(step(uncached, batch)[1], exact)
+    assert largest_difference(result[1], exact) <= 4 * rounding
+
+
+def test_the_global_batch_is_logged_recorded_and_on_the_card(backbones, corpus, tmp_path, caplog):
+    """Per-device batch, processes, accumulation, mini-batch and negatives per anchor: at the start, in
+    ``eval_results.json`` and in the card (a run whose batch was silently multiplied must show it)."""
+    import json
+    import logging
+
+    from csekit import cli
+    from csekit.methods import get_method
+
+    output = tmp_path / "out"
+    argv = ["--model_name_or_path", str(backbones[0.1]), "--train_file", str(corpus), "--output_dir", str(output),
+            "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2", "--mini_batch_size", "3",
+            "--duplicate_negatives", "mask", "--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no",
+            "--load_best_model_at_end", "false", "--logging_steps", "1", "--max_seq_length", "16",
+            "--disable_tqdm", "true", *get_method("simcse").test_flags]
+    with caplog.at_level(logging.INFO):
+        get_method("simcse").recipe_module.RECIPE.main(argv)
+    expected = {"per_device_train_batch_size": 8, "processes": 1, "gradient_accumulation_steps": 2,
+                "mini_batch_size": 3, "examples_per_update": 16, "negatives_per_anchor": 7,
+                "duplicate_negatives": "mask"}
+    assert json.loads((output / "eval_results.json").read_text())["batch"] == expected
+    assert ("batch: 8 per device x 1 process(es) x 2 accumulation step(s) = 16 examples per update, encoded in "
+            "chunks of 3 (gradient caching); each anchor sees 7 in-batch negatives per step") in caplog.text
+    history = json.loads((output / "training_args.json").read_text())  # the flags are part of the run's record
+    assert history["training_args"]["mini_batch_size"] == 3
+    assert cli.main(["card", str(output), "--figure", "never"]) == 0
+    card = (output / "README.md").read_text()
+    assert "16 examples per update, encoded in chunks of 3 with exact gradient caching" in card
+    assert "7 in-batch negatives per step, less the copies of its own texts" in card
+
+
+def test_a_mini_batch_not_below_the_batch_trains_uncached_and_says_so(backbones, tmp_path, caplog):
+    import logging
+
+    from csekit.methods import get_method
+
+    with caplog.at_level(logging.INFO):
+        trainer = build(get_method("simcse"), backbones[0.0], tmp_path, "--mini_batch_size", str(BATCH))
+    assert trainer.gradient_cache is None
+    assert f"--mini_batch_size {BATCH} is not below the per-device batch {BATCH}" in caplog.text
+
+
+def test_a_device_whose_random_state_is_not_restored_is_refused():
+    from csekit.trainers.gradient_cache import unsupported_device
+
+    assert unsupported_device(torch.device("cpu")) is None and unsupported_device(torch.device("cuda")) is None
+    assert "not mps" in unsupported_device(torch.device("mps"))
