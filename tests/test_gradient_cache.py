@@ -154,25 +154,27 @@ def test_with_dropout_a_cached_step_equals_the_full_graph_step_with_the_same_ran
     cached = in_model_dtype(build(method, backbones[0.1], tmp_path / "cached", *flags, "--mini_batch_size",
                                   str(CHUNK), dtype=torch.float64))
     batch = cached.data_collator(examples(method, sentences, columns))
-    result = step(cached, batch, seed=11)
+    result = step(cached, batch, seed=11, repeats=2)
 
     # the reference: the same chunks encoded with the graph kept, one after the other from the same random state
-    # (each chunk then starts from the state the previous one left), then one loss and one backward
+    # (each chunk then starts from the state the previous one left), then one loss and one backward; twice, the
+    # second step drawing on from where the first left the random state (new dropout masks every step)
     model = copy.deepcopy(cached.model)
     model.train()
     model.zero_grad(set_to_none=True)
     torch.manual_seed(11)
     inputs = {name: value for name, value in batch.items() if name != "text_ids"}
     chunks = [inputs_of(inputs, start) for start in range(0, BATCH, CHUNK)]
-    outputs = [model.chunk_forward(**chunk) for chunk in chunks]
-    losses = cached.compute_losses(model, model.merge_chunks(outputs, chunks), batch)
-    losses["loss"].backward()
+    for _ in range(2):
+        outputs = [model.chunk_forward(**chunk) for chunk in chunks]
+        losses = cached.compute_losses(model, model.merge_chunks(outputs, chunks), batch)
+        losses["loss"].backward()
     reference = (losses["loss"].detach(), {name: p.grad for name, p in model.named_parameters() if p.grad is not None})
     tolerance = 1e-9 if method.processes == "global" else 1e-5  # as above
     assert_same_step(reference, result, rtol=tolerance, atol=tolerance)
 
     # the dropout masks matter: another random state gives other gradients
-    other = step(cached, batch, seed=12)
+    other = step(cached, batch, seed=12, repeats=2)
     assert not torch.allclose(other[1]["encoder.embeddings.word_embeddings.weight"],
                               result[1]["encoder.embeddings.word_embeddings.weight"])
 
@@ -270,3 +272,20 @@ def test_a_device_whose_random_state_is_not_restored_is_refused():
 
     assert unsupported_device(torch.device("cpu")) is None and unsupported_device(torch.device("cuda")) is None
     assert "not mps" in unsupported_device(torch.device("mps"))
+
+
+@pytest.mark.parametrize("method, columns, options", [case for case in cases() if not case.values[1]])
+def test_a_cached_run_resumed_after_a_crash_ends_like_the_uninterrupted_cached_run(method, columns, options,
+                                                                                  backbones, corpus, tmp_path):
+    """The dropout masks of a cached step come from the step's random state, which a checkpoint saves."""
+    from conftest import load_weights
+    from test_conformance import Crash, assert_same_weights, crash_after_first_checkpoint, recipe_argv, train
+
+    data = {"sentences": corpus}
+    flags = ("--mini_batch_size", str(CHUNK))
+    train(method, recipe_argv(method, backbones[0.1], data, tmp_path / "full", *flags))
+    with crash_after_first_checkpoint(), pytest.raises(Crash):
+        train(method, recipe_argv(method, backbones[0.1], data, tmp_path / "crashed", *flags))
+    train(method, recipe_argv(method, backbones[0.1], data, tmp_path / "crashed", *flags, "--resume_from_checkpoint",
+                              "last"))
+    assert_same_weights(load_weights(tmp_path / "full"), load_weights(tmp_path / "crashed"))
