@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_description, spread, synchronize, write_outputs  # noqa: E402
+from common import device_description, spread, synchronize, write_outputs  # noqa: E402
 
 SIZES = {"base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
          "tiny": dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64)}
@@ -183,7 +183,7 @@ def main(argv=None) -> None:
                       **{f"cached M={m}": m for m in args.mini_batches}}
     measured = {name: [] for name in configurations}
     record = {"command": "python benchmarks/gradient_cache.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": (torch.cuda.get_device_name(0) if args.device.startswith("cuda") else machine_description()),
+              "machine": device_description(torch.device(args.device)),
               "size": args.size, "batch": args.batch, "max_length": args.max_length, "rounds": args.rounds,
               "results": {}}
     for round_index in range(args.rounds):

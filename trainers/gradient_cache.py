@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+from accelerate.utils import convert_to_fp32
 from transformers.utils import ModelOutput
 
 # the devices whose random state (the one dropout draws from) is saved and restored here
@@ -62,13 +63,6 @@ def as_leaves(output: ModelOutput) -> ModelOutput:
                            for name, value in output.items()})
 
 
-def float32_outputs(output: ModelOutput) -> ModelOutput:
-    """Half-precision tensors of ``output`` as float32, as accelerate hands a mixed-precision forward's outputs to the
-    loss."""
-    return type(output)(**{name: value.float() if value.dtype in (torch.float16, torch.bfloat16) else value
-                           for name, value in output.items()})
-
-
 class GradientCache:
     """One training step of a batch encoded in chunks of ``mini_batch_size`` examples (the derivation above).
 
@@ -105,7 +99,8 @@ class GradientCache:
         del outputs
         with autocast():
             merged = model.merge_chunks(leaves, chunks)
-        losses = compute_losses(float32_outputs(merged))
+        # half-precision outputs reach the loss as float32, as accelerate hands a mixed-precision forward's outputs
+        losses = compute_losses(convert_to_fp32(merged))
         backward(losses["loss"])
         after = RandomState.capture(self.device)  # past the first passes' draws and the join's (shuffled groups)
         for chunk, state, leaf in zip(chunks, states, leaves):

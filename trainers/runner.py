@@ -126,18 +126,19 @@ def training_curve(log_history: list, dev_task: str = DEV_TASKS[0]) -> list:
     return [curve[step] for step in sorted(curve)]
 
 
-def batch_record(training_args, trainer_class, columns: tuple) -> dict:
-    """What one step learns from: the per-device batch, the processes, the accumulation, the mini-batch of
-    gradient caching and the in-batch negatives each anchor sees (the per-device batch times the processes;
-    accumulation adds steps, not negatives). Logged at the start, kept in ``eval_results.json`` and the card."""
-    per_device, processes = training_args.per_device_train_batch_size, training_args.world_size
-    accumulation, mini = training_args.gradient_accumulation_steps, training_args.mini_batch_size
+def batch_record(trainer, columns: tuple) -> dict:
+    """What one step of ``trainer`` learns from: the per-device batch, the processes, the accumulation, the
+    mini-batch its gradient cache encodes (``None`` without one) and the in-batch negatives each anchor sees (the
+    per-device batch times the processes; accumulation adds steps, not negatives). Logged at the start, kept in
+    ``eval_results.json`` and the card."""
+    args = trainer.args
+    per_device, processes = args.per_device_train_batch_size, args.world_size
     return {"per_device_train_batch_size": per_device, "processes": processes,
-            "gradient_accumulation_steps": accumulation,
-            "mini_batch_size": mini if mini and mini < per_device else None,
-            "examples_per_update": per_device * processes * accumulation,
-            "negatives_per_anchor": trainer_class.negatives_per_anchor(per_device * processes, columns),
-            "duplicate_negatives": training_args.duplicate_negatives}
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "mini_batch_size": trainer.gradient_cache.mini_batch_size if trainer.gradient_cache else None,
+            "examples_per_update": per_device * processes * args.gradient_accumulation_steps,
+            "negatives_per_anchor": trainer.negatives_per_anchor(per_device * processes, columns),
+            "duplicate_negatives": args.duplicate_negatives}
 
 
 def describe_batch(record: dict) -> str:
@@ -208,7 +209,6 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     if training_args.mini_batch_size and not recipe.method.gradient_caching:
         raise DataError(f"--mini_batch_size: {recipe.method.name} does not support gradient caching (the registry's "
                         "gradient_caching capability)")
-    batch = batch_record(training_args, recipe.trainer_class, columns)
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
     if training_args.torch_compile and data_args.padding_free:
@@ -227,6 +227,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         processing_class=tokenizer,
         sts_evaluator=dev,
     )
+    batch = batch_record(trainer, columns)
     logger.info(describe_batch(batch))
     folder.acquire(lock=trainer.is_world_process_zero())
     try:
