@@ -2,15 +2,18 @@
 
     python benchmarks/import_time.py [--modules csekit csekit.trainers csekit.cli] [--rounds 7]
         [--before OLD_CHECKOUT --before-modules modeling trainers trainers.cli]
-    python benchmarks/import_time.py --commands [--rounds 7]     # the CPU cost of `csekit ... --help`
+    python benchmarks/import_time.py --commands [--rounds 7]     # the CPU cost of `csekit ... --help`, `csekit card`
 
 Every round starts one fresh ``python -c "import X"`` per module, modules alternating within the round, so a busy
 machine slows all of them alike. Reported: median and min-max seconds over the rounds, the heavy libraries found in
 ``sys.modules`` afterwards, and whether matplotlib's backend was switched (a global side effect). The baseline
 ``import transformers; from transformers import PreTrainedModel`` is what any Hugging Face model class costs.
 ``--commands`` instead measures the command line: the CPU seconds (user + system, of the child process) of
-``python -m csekit --help`` and of each sub-command's ``--help``, against ``python -c pass`` run in the same rounds,
-and ``import torch, transformers`` for scale; the table reports each command's median cost over the bare start.
+``python -m csekit --help``, of each sub-command's ``--help`` and each method's ``csekit train METHOD --help``, and of
+``csekit card`` on a small model (a 2-layer, hidden-32 SimCSE folder with MiniLM's tokenizer; its recorded STS scores
+are placeholders, only the time is measured) with its figure present and with the figure drawn (``--figure always``,
+STS-B train from ``CSEKIT_DATA_DIR``), against ``python -c pass`` run in the same rounds, and ``import torch,
+transformers`` for scale; the table reports each command's median cost over the bare start.
 ``--before`` also times modules of another checkout (e.g. the layout before the ``csekit`` namespace, whose top-level
 ``modeling`` / ``trainers`` import from the checkout folder), interleaved in the same rounds; installed modules are
 imported from a neutral working folder, so a checkout never shadows them.
@@ -61,14 +64,45 @@ def cpu_seconds(command: list, folder: str) -> float:
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
+def small_model_folder(folder: str) -> str:
+    """A csekit SimCSE folder (2 layers, hidden 32, MiniLM's tokenizer) with placeholder STS scores: a card's input."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, BertConfig
+
+    from csekit.evaluation.sts import STS_TASKS
+    from csekit.loading import embedded_minilm_path
+    from csekit.modeling import SimCSEConfig, SimCSEModel
+
+    path = Path(folder) / "small-simcse"
+    encoder = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+                         vocab_size=30522)
+    model = SimCSEModel(SimCSEConfig(encoder_config=encoder.to_dict(), pooler_type="avg"))
+    model.tokenizer = AutoTokenizer.from_pretrained(embedded_minilm_path())
+    model.save_pretrained(path)
+    model.tokenizer.save_pretrained(path)
+    (path / "eval_results.json").write_text(json.dumps({"sts": dict.fromkeys((*STS_TASKS, "avg"), 50.0)}))
+    return str(path)
+
+
 def time_commands(rounds: int) -> None:
+    from csekit.methods import METHODS
+
     jobs = {BARE: [sys.executable, "-c", "pass"], TORCH: [sys.executable, "-c", "import torch, transformers"]}
     jobs.update({f"csekit {command}": [sys.executable, "-m", "csekit", *command.split()] for command in HELP_COMMANDS})
+    jobs.update({f"csekit train {name} --help": [sys.executable, "-m", "csekit", "train", name, "--help"]
+                 for name in METHODS})
+    models = tempfile.TemporaryDirectory()
+    folder = small_model_folder(models.name)
+    card = [sys.executable, "-m", "csekit", "card", folder]
+    jobs["csekit card (figure drawn)"] = [*card, "--figure", "always"]
+    jobs["csekit card (figure present)"] = card
     runs = {label: [] for label in jobs}
     with tempfile.TemporaryDirectory() as neutral:
         for _ in range(rounds):
             for label, command in jobs.items():
                 runs[label].append(cpu_seconds(command, neutral))
+    models.cleanup()
     bare = statistics.median(runs[BARE])
     print("| command | median CPU s | min-max CPU s | over the bare start, s |")
     print("|---|---:|---:|---:|")

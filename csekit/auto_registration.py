@@ -7,10 +7,12 @@ Registering needs the classes and the classes need torch, so importing them with
 
 * transformers' ``auto`` modules already imported when csekit is: the registration runs now;
 * otherwise a post-import hook on ``sys.meta_path`` watches the modules of transformers and of ``csekit.modeling``
-  as they are imported, and runs it once one of ``transformers.models.auto.configuration_auto`` / ``modeling_auto``
-  has been imported and no watched module is still executing (``modeling_auto`` imports ``configuration_auto``,
-  ``modeling_utils`` imports the Auto classes, a csekit model module imports transformers), so the registration
-  never meets a half-imported module. The hook removes itself once the registration has run.
+  as they are imported, and runs it once ``transformers.models.auto.modeling_auto`` has been imported and no watched
+  module is still executing (``modeling_auto`` imports ``configuration_auto``, ``modeling_utils`` imports the Auto
+  classes, a csekit model module imports transformers), so the registration never meets a half-imported module. The
+  hook removes itself once the registration has run.
+* ``configuration_auto`` alone (``AutoConfig``) registers the configs alone
+  (:func:`csekit.modeling.register_auto_configs`): reading a csekit ``config.json`` loads no model code.
 
 Using a class from :mod:`csekit.modeling` registers too. The registration is
 :func:`csekit.modeling.register_auto_classes`.
@@ -21,13 +23,19 @@ import importlib.machinery
 import sys
 from importlib import import_module
 
-AUTO_MODULES = ("transformers.models.auto.configuration_auto", "transformers.models.auto.modeling_auto")
+CONFIG_AUTO, MODEL_AUTO = AUTO_MODULES = ("transformers.models.auto.configuration_auto",
+                                          "transformers.models.auto.modeling_auto")
 WATCHED_PACKAGES = ("transformers.", "csekit.modeling.")
 
 
 def register() -> None:
     _HOOK.remove()
     import_module("csekit.modeling").register_auto_classes()
+
+
+def register_configs() -> None:
+    _HOOK.configs_registered = True
+    import_module("csekit.modeling").register_auto_configs()
 
 
 class _WatchedLoader(importlib.abc.Loader):
@@ -47,14 +55,18 @@ class _WatchedLoader(importlib.abc.Loader):
         finally:
             self.hook.running.discard(module.__name__)
         if module.__name__ in AUTO_MODULES:
-            self.hook.auto_imported = True
-        if self.hook.auto_imported and not self.hook.running and self.hook.installed:
+            self.hook.imported.add(module.__name__)
+        if self.hook.running or not self.hook.installed:
+            return
+        if MODEL_AUTO in self.hook.imported:
             register()
+        elif CONFIG_AUTO in self.hook.imported and not self.hook.configs_registered:
+            register_configs()
 
 
 class _PostImportHook(importlib.abc.MetaPathFinder):
     def __init__(self):
-        self.running, self.auto_imported = set(), False
+        self.running, self.imported, self.configs_registered = set(), set(), False
 
     @property
     def installed(self) -> bool:
@@ -81,10 +93,12 @@ _HOOK = _PostImportHook()
 
 
 def register_when_transformers_auto_is_imported() -> None:
-    if any(name in sys.modules for name in AUTO_MODULES):
+    if MODEL_AUTO in sys.modules:
         register()
-    else:
-        _HOOK.install()
+        return
+    _HOOK.install()
+    if CONFIG_AUTO in sys.modules:
+        register_configs()
 
 
 __all__ = ["AUTO_MODULES", "register", "register_when_transformers_auto_is_imported"]

@@ -101,7 +101,10 @@ def verify(cached: Path, corpus: Corpus, repo_id: str, revision: Optional[str], 
 
 def fetch(corpus: Corpus, repo_id: str, revision: Optional[str], endpoint: Optional[str]) -> Path:
     """The verified file in the Hugging Face cache (downloaded when not cached)."""
-    import httpx2  # huggingface_hub's HTTP client: its transport errors surface after the retries
+    try:  # huggingface_hub's HTTP client: its transport errors surface after the retries
+        from httpx2 import TransportError  # huggingface_hub 2
+    except ImportError:
+        from httpx import TransportError  # huggingface_hub 1
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
 
@@ -114,7 +117,7 @@ def fetch(corpus: Corpus, repo_id: str, revision: Optional[str], endpoint: Optio
                         f"{corpus.name}` fetches it ({corpus.size}) on a machine that reaches the Hub") from None
     except (RepositoryNotFoundError, EntryNotFoundError):
         raise DataError(f"{repo_id}: no dataset file {corpus.filename} on the Hub") from None
-    except (OSError, httpx2.TransportError) as error:  # a broken transfer (reset, short read after the retries)
+    except (OSError, TransportError) as error:  # a broken transfer (reset, short read after the retries)
         raise DataError(f"{corpus.filename}: download failed ({type(error).__name__}: {error}); nothing was "
                         "written, run the command again") from None
     verify(cached, corpus, repo_id, revision, endpoint)

@@ -112,6 +112,8 @@ def register(method: Method) -> Method:
     modeling = sys.modules.get("csekit.modeling")  # (it may be importing this module right now)
     if getattr(modeling, "_registered", False):
         modeling.register_method(method)
+    elif getattr(modeling, "_configs_registered", False):
+        modeling.register_method_config(method)
     return method
 
 

@@ -10,6 +10,11 @@ import argparse
 
 from .data import DATA_DIR_HELP
 
+# config fields whose recipe flag says more than the field's name: {field: flag} (the model card maps them back)
+FLAG_NAMES = {"max_length": "inference_max_length"}
+# recipe flags renamed in this release, still accepted (with a warning) until the next one: {old: new}
+FLAG_ALIASES = {"max_length": "inference_max_length"}
+
 
 def positive_int(value) -> int:
     """An integer >= 1. A length or batch of 0 would silently mean "no truncation" or fail after the model loads."""

@@ -28,6 +28,7 @@ _SHARED = {
     "SentenceEncoderPreTrainedModel": "modeling_encoder",
 }
 _registered = False
+_configs_registered = False
 
 
 def __getattr__(name):
@@ -58,6 +59,27 @@ def register_method(method) -> None:
     model_class.register_for_auto_class("AutoModel")
 
 
+def register_method_config(method) -> None:
+    """Register one method's config with ``AutoConfig`` (marked for code export). Idempotent."""
+    from transformers import AutoConfig
+
+    config_class = method.config_class
+    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    config_class.register_for_auto_class()
+
+
+def register_auto_configs() -> None:
+    """Register every registered method's config with ``AutoConfig`` only: reading a csekit ``config.json`` (a model
+    card, a check) then needs none of the model code, nor transformers' ``modeling_utils``, seconds of imports.
+    Idempotent; :func:`register_auto_classes` registers the models too."""
+    global _configs_registered
+    if _configs_registered or _registered:
+        return
+    _configs_registered = True
+    for method in METHODS.values():
+        register_method_config(method)
+
+
 def register_auto_classes() -> None:
     """Register every registered method (:func:`register_method`); methods registered later are registered as they
     arrive (:func:`csekit.methods.register`). Idempotent."""
@@ -73,5 +95,6 @@ def __dir__():
     return sorted(set(globals()) | set(_SHARED) | set(classes_in(__name__)) | {"MODEL_CLASSES"})
 
 
-__all__ = ["MODEL_CLASSES", "POOLER_TYPES", "register_auto_classes", "register_method",
+__all__ = ["MODEL_CLASSES", "POOLER_TYPES", "register_auto_classes", "register_auto_configs", "register_method",
+           "register_method_config",
            *sorted(_SHARED), *sorted(classes_in(__name__))]

@@ -5,7 +5,11 @@ import math
 
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
-from transformers.configuration_utils import SubConfigSpec
+
+try:  # transformers >= 5.21 builds a nested config from its spec
+    from transformers.configuration_utils import SubConfigSpec
+except ImportError:  # transformers 5.5-5.20: the config builds it (``__post_init__``), as their composite configs do
+    SubConfigSpec = None
 
 from .pooling import resolve_pooling_layers
 
@@ -23,16 +27,32 @@ class SentenceEncoderConfig(PreTrainedConfig):
             (see ``pooling.py``).
         pooling_layers: layer indices averaged when ``pooler_type="layers"`` (-1 static token embeddings,
             0 embedding output, i block i).
-        max_length: default truncation length for ``encode``; ``None`` keeps the tokenizer's model maximum.
+        max_length: default truncation length for ``encode`` and the folder's sentence-transformers
+            ``max_seq_length``; ``None`` keeps the tokenizer's model maximum. A model trained from a
+            sentence-transformers folder starts from that folder's ``max_seq_length``.
+        sentence_transformers_settings: the inference settings of the sentence-transformers folder the model was
+            trained from (``normalize``, ``do_lower_case``, ``similarity_fn_name``, ``prompts``,
+            ``default_prompt_name``), written again into this model's sentence-transformers files; ``None`` for
+            another backbone.
     """
 
     model_type = "csekit-encoder"
-    sub_configs_defaults = {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    if SubConfigSpec is not None:
+        sub_configs_defaults = {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    else:
+        sub_configs = {"encoder_config": AutoConfig}
 
     encoder_config: PreTrainedConfig | dict | None = None
     pooler_type: str = "cls"
     pooling_layers: list[int] | None = None
     max_length: int | None = None
+    sentence_transformers_settings: dict | None = None
+
+    def __post_init__(self, **kwargs):
+        if SubConfigSpec is None and not isinstance(self.encoder_config, PreTrainedConfig):
+            settings = dict(self.encoder_config or {})
+            self.encoder_config = AutoConfig.for_model(settings.pop("model_type", "bert"), **settings)
+        super().__post_init__(**kwargs)
 
     def validate_finite(self):
         """Every float setting of every csekit config (temperature, loss weights, rates, momentum, ...) is a finite

@@ -20,7 +20,7 @@ from .packing import (
     use_packed_attention,
 )
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
-from .sentence_transformers_layout import write_sentence_transformers_layout
+from .sentence_transformers_layout import inherited_settings, write_sentence_transformers_layout
 
 logger = transformers_logging.get_logger(__name__)
 
@@ -116,6 +116,13 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         """
         source = load_csekit_model(encoder_name_or_path)
         encoder = source.encoder if source is not None else build_encoder(None, encoder_name_or_path)
+        # the inference settings the starting folder records are kept unless the caller sets them
+        settings = inherited_settings(encoder_name_or_path)
+        if config_kwargs.get("max_length") is None:
+            config_kwargs["max_length"] = source.config.max_length if source is not None else None
+            config_kwargs["max_length"] = config_kwargs["max_length"] or settings.pop("max_seq_length", None)
+        settings.pop("max_seq_length", None)
+        config_kwargs.setdefault("sentence_transformers_settings", settings or None)
         model = cls(cls.config_class(encoder_config=encoder.config.to_dict(), **config_kwargs))
         model.encoder = encoder
         model.config.name_or_path = encoder_name_or_path
@@ -336,7 +343,11 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def tokenizer(self):
         """The tokenizer saved next to the weights, loaded on first use (set it to use another one)."""
         if self._tokenizer is None:
-            self._tokenizer = AutoTokenizer.from_pretrained(self.config.name_or_path)
+            # a model built from the folder's own code (trust_remote_code=True: its classes live in transformers'
+            # dynamic modules) passes that consent on; AutoTokenizer would otherwise ask again on stdin
+            remote = type(self).__module__.startswith("transformers_modules")
+            self._tokenizer = AutoTokenizer.from_pretrained(self.config.name_or_path,
+                                                            **({"trust_remote_code": True} if remote else {}))
         return self._tokenizer
 
     @tokenizer.setter

@@ -41,9 +41,33 @@ POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
 TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
 ST_MODULES = {"Transformer": "sentence_transformers.base.modules.Transformer",
               "Pooling": "sentence_transformers.sentence_transformer.modules.Pooling",
-              "Dense": "sentence_transformers.base.modules.Dense"}
+              "Dense": "sentence_transformers.base.modules.Dense",
+              "Normalize": "sentence_transformers.base.modules.Normalize"}
 ACTIVATIONS = {nn.Tanh: "torch.nn.modules.activation.Tanh", nn.ReLU: "torch.nn.modules.activation.ReLU",
                nn.Identity: "torch.nn.modules.linear.Identity"}
+
+
+def inherited_settings(folder) -> dict:
+    """The inference settings a sentence-transformers folder records, for a model trained from it: ``max_seq_length``
+    and ``do_lower_case`` (``sentence_bert_config.json``), ``normalize`` (a Normalize module), and
+    ``similarity_fn_name``, ``prompts``, ``default_prompt_name`` (``config_sentence_transformers.json``). ``{}`` for
+    a folder without ``modules.json`` (a plain backbone) or a path that is not a local folder."""
+    folder = Path(folder)
+    if not (folder / "modules.json").is_file():
+        return {}
+    modules = json.loads((folder / "modules.json").read_text())
+    settings = {"normalize": any(module.get("type", "").endswith("Normalize") for module in modules)}
+    transformer = next((module for module in modules if module.get("type", "").endswith("Transformer")), {})
+    backbone = folder / transformer.get("path", "") / "sentence_bert_config.json"
+    if backbone.is_file():
+        recorded = json.loads(backbone.read_text())
+        settings.update({key: recorded[key] for key in ("max_seq_length", "do_lower_case") if key in recorded})
+    top = folder / "config_sentence_transformers.json"
+    if top.is_file():
+        recorded = json.loads(top.read_text())
+        settings.update({key: recorded[key] for key in ("similarity_fn_name", "prompts", "default_prompt_name")
+                         if recorded.get(key) is not None})
+    return settings
 
 
 def sentence_transformers_layout_problem(model) -> Optional[str]:
@@ -109,10 +133,12 @@ def write_sentence_transformers_layout(model, folder, tokenizer) -> bool:
     model_kwargs = {"key_mapping": {rf"^{prefix}\.": ""}}  # the csekit keys, read by the bare backbone class
     if _accepts(type(model.encoder), "add_pooling_layer") and getattr(model.encoder, "pooler", None) is None:
         model_kwargs["add_pooling_layer"] = False  # csekit drops BERT's tanh pooler, so there is none to load
+    settings = model.config.sentence_transformers_settings or {}
     max_length = model.config.max_length or (tokenizer.model_max_length if tokenizer.model_max_length < 10**6
                                              else None)
     _write_json(encoder_folder / "sentence_bert_config.json",
-                {"max_seq_length": max_length, "do_lower_case": False, "model_kwargs": model_kwargs})
+                {"max_seq_length": max_length, "do_lower_case": settings.get("do_lower_case", False),
+                 "model_kwargs": model_kwargs})
     hidden = model.config.hidden_size
     modules = [{"idx": 0, "name": "0", "path": ENCODER_FOLDER, "type": ST_MODULES["Transformer"]},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_MODULES["Pooling"]}]
@@ -130,12 +156,17 @@ def write_sentence_transformers_layout(model, folder, tokenizer) -> bool:
         _save_weights(state, folder / path / "model.safetensors")
         modules.append({"idx": index, "name": str(index), "path": path,
                         "type": ST_MODULES["Dense"]})
+    if settings.get("normalize"):  # the base model's Normalize module (it has no files)
+        index = len(modules)
+        modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize",
+                        "type": ST_MODULES["Normalize"]})
     _write_json(folder / "modules.json", modules)
     _write_json(folder / "config_sentence_transformers.json",
-                {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
-                 "similarity_fn_name": "cosine"})
+                {"model_type": "SentenceTransformer", "prompts": settings.get("prompts", {}),
+                 "default_prompt_name": settings.get("default_prompt_name"),
+                 "similarity_fn_name": settings.get("similarity_fn_name", "cosine")})
     return True
 
 
-__all__ = ["TOP_LEVEL_FILES", "sentence_transformers_layout_problem",
+__all__ = ["TOP_LEVEL_FILES", "inherited_settings", "sentence_transformers_layout_problem",
            "write_sentence_transformers_layout"]

@@ -43,6 +43,7 @@ from transformers import AutoConfig, set_seed
 
 from csekit.data import resolve_data_dir
 from csekit.errors import DataError
+from csekit.evaluation.geometry import GeometryEvaluator
 from csekit.evaluation.protocol import protocol_record
 from csekit.evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvaluator, format_sts_table
 from csekit.loading import resolve_model_path
@@ -172,6 +173,8 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
     test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
+    if test is not None:
+        GeometryEvaluator(data_dir, isoscore_sentences=[])  # the card's figure reads STS-B train: checked now
     checked = recipe.check_backbone(model_args, backbone_args)
     held_out = held_out_sentences(data_dir)
     first, second = load_positive_pairs(data_args.train_file, data_dir)
@@ -218,7 +221,7 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
             "test_overlap": data_args.test_overlap, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
             "overlap_pairs": corpus.overlap, "contaminated": corpus.contaminated,
             "pooling_seconds": round(pooling_seconds, 1), "train_cache": train_entry.status, **summary,
-            "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"],
+            "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"], "base_pooler": model.config.pooler_type,
         }
         table = None
         if test is not None:
@@ -233,7 +236,10 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
                                      contaminated={clsr_row: corpus.contaminated})
         arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
                          training_args=training_args, **({"resume": resume} if resume else {}))
-        finish_run(folder.staging, training_args.output_dir, arguments, record, table)
+        finish_run(folder.staging, training_args.output_dir, arguments, record, table,
+                   card=dict(repo_id=None, data_dir=data_args.data_dir))
+        if not training_args.keep_checkpoints:
+            folder.remove_checkpoints()
 
 
 RECIPE = CLSRRecipe(get_method("clsr"), description=__doc__)

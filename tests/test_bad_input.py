@@ -112,6 +112,9 @@ ROWS = [
         "be an integer >= 1, got '0' (see csekit evaluate --help)"),
     Row("csekit evaluate tiny --pooler mean", "unknown pooler",
         E + "unknown pooler 'mean'; choose one of cls, cls_before_pooler, avg, avg_first_last, avg_top2, layers"),
+    Row("csekit evaluate tiny --mteb STS12", "MTEB task whose data is not cached, offline",
+        E + "--mteb STS12: its data (mteb/sts12-sts) cannot be read: …; the task data comes from the Hub through the "
+        "Hugging Face datasets cache: run once online, then HF_HUB_OFFLINE=1 works"),
     Row("csekit evaluate tiny --tasks sts,bogus", "unknown suite",
         E + "unknown task suite(s) bogus; choose from sts, transfer, clustering, geometry"),
     Row("csekit evaluate tiny --output not-csekit", "output file that is a folder", E + OUTPUT_FOLDER),

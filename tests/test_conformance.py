@@ -72,7 +72,7 @@ def recipe_argv(method: Method, backbone: Path, data: dict, output_dir: Path, *e
                 batch: int = 8) -> list:
     """The flags of a tiny run of ``method``'s recipe: its registry ``test_flags`` on the tests' backbone."""
     argv = ["--model_name_or_path", backbone, "--train_file", data[method.test_data], "--output_dir", output_dir,
-            "--do_test_eval", "false", "--seed", 7]
+            "--do_test_eval", "false", "--seed", 7, "--keep_checkpoints", "true"]  # the tests read checkpoints
     if trains_with_trainer(method):
         argv += ["--per_device_train_batch_size", batch, "--max_steps", steps, "--save_steps", 2, "--eval_strategy",
                  "no", "--load_best_model_at_end", "false", "--logging_steps", 1, "--learning_rate", "1e-3",

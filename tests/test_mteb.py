@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from safetensors.torch import load_file
 
 from csekit.evaluation.sts import load_sts_task
 from fake_hub import FakeHub
@@ -50,6 +51,22 @@ def test_mteb_stsbenchmark_equals_csekits_score_online_then_offline(saved_tiny_m
     assert offline.returncode == 0, offline.stderr[-3000:]
     record = json.loads(output.read_text())
     assert abs(record["mteb"]["STSBenchmark"] - record["sts"]["STSBenchmark"]) <= 0.05
+    # a task mteb marks superseded is scored as asked, with a warning naming its successor
+    assert "superseded by STSBenchmark.v2" in offline.stderr
+    # mteb's own results files beside the record, read back by mteb's own loader
+    from mteb.cache import ResultCache
+    from mteb.models.model_meta import ModelMeta
+
+    name = f"csekit/{saved_tiny_model.name}"
+    [task_file] = record["protocol"]["mteb"]["results_files"]
+    assert task_file == f"results/{name.replace('/', '__')}/local/STSBenchmark.json"
+    loaded = ResultCache(tmp_path).load_results(models=[name], include_remote=False, require_model_meta=True)
+    [model_result] = loaded.model_results
+    [task_result] = model_result.task_results
+    assert abs(100 * task_result.get_score() - record["mteb"]["STSBenchmark"]) <= 0.01  # mteb keeps 5 digits
+    meta = ModelMeta.model_validate(json.loads((tmp_path / task_file).with_name("model_meta.json").read_text()))
+    assert (meta.name, meta.embed_dim, meta.similarity_fn_name) == (name, 32, "cosine")
+    assert meta.n_parameters == sum(t.numel() for t in load_file(saved_tiny_model / "model.safetensors").values())
     # MTEB's results keep MTEB's names and dataset ids, SentEval's keep SentEval's
     assert record["protocol"]["mteb"]["tasks"]["STSBenchmark"]["dataset"] == "mteb/stsbenchmark-sts"
     assert "STSBenchmark" in record["protocol"]["sts"]["tasks"]
@@ -59,3 +76,13 @@ def test_unknown_mteb_task_is_one_line_before_any_work(saved_tiny_model, tmp_pat
     result = evaluate(str(saved_tiny_model), "--mteb", "NoSuchTask", cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"})
     assert result.returncode == 2
     assert result.stderr.startswith("csekit: error: --mteb:") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_mteb_task_data_is_checked_before_any_other_suite(saved_tiny_model, tmp_path):
+    """An MTEB task whose data cannot be had (offline, empty cache) stops the run in one line before SentEval's STS
+    suite runs, not after it."""
+    result = evaluate(str(saved_tiny_model), "--mteb", "STS12", "--tasks", "sts", cwd=tmp_path,
+                      env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.startswith("csekit: error: --mteb STS12: its data (mteb/sts12-sts) cannot be read")
+    assert len(result.stderr.strip().splitlines()) == 1 and "STS12" not in result.stdout  # no STS table printed

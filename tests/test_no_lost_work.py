@@ -36,7 +36,7 @@ def flags(backbone: Path, corpus: Path, output_dir: Path, *extra) -> list:
     return ["train", "simcse", "--model_name_or_path", str(backbone), "--train_file", str(corpus), "--output_dir",
             str(output_dir), "--per_device_train_batch_size", "8", "--max_steps", "6", "--save_steps", "2",
             "--eval_strategy", "no", "--learning_rate", "1e-3", "--max_seq_length", "16", "--do_test_eval", "false",
-            "--seed", "7", "--disable_tqdm", "true", *recipe_flags("simcse"), *extra]
+            "--seed", "7", "--disable_tqdm", "true", "--keep_checkpoints", "true", *recipe_flags("simcse"), *extra]
 
 
 def files(folder: Path) -> dict:

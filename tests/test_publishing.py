@@ -89,10 +89,75 @@ def test_card_cells_and_metadata_equal_the_recorded_json(trained):
         f"{record['sts_aggregations']['mean'][task]:.2f}" for task in STS_TASKS]
     assert table_row(card.text, "learning_rate")[0] == f"`{arguments['training_args']['learning_rate']}`"
     assert table_row(card.text, "max_steps")[0] == "`2`" and table_row(card.text, "pooler_type")[0] == "`cls`"
-    assert card.data.library_name == "transformers" and "simcse" in card.data.tags and card.data.license
+    assert card.data.library_name == "sentence-transformers" and "simcse" in card.data.tags and card.data.license
+    assert table_row(card.text, "base model alone (`cls`)") == [f"{record['base_sts'][task]:.2f}"
+                                                                for task in (*STS_TASKS, "avg")]
     assert "@inproceedings{gao2021simcse" in card.text
     assert table_row(card.text, "SimCSE-BERT-base, unsup. (paper)")[-1] == "76.25"
     assert "training_args.bin" not in card.text  # arguments come from the JSON twin
+
+
+def python_snippets(card_text: str) -> list:
+    return [block.split("```", 1)[0] for block in card_text.split("```python\n")[1:]]
+
+
+def test_card_is_a_sentence_transformers_card_whose_snippets_run_as_printed(trained, tmp_path):
+    """A folder sentence-transformers loads: its library, widget and tags, its snippet first; every snippet runs as
+    printed (the repository id here is the folder) where csekit is absent, with no prompt and no warning."""
+    from huggingface_hub import metadata_load
+
+    folder = tmp_path / "tiny-simcse"
+    shutil.copytree(trained, folder)
+    write_model_card(folder, repo_id=str(folder), figure="never")
+    metadata = metadata_load(folder / "README.md")
+    assert (metadata["library_name"], metadata["pipeline_tag"]) == ("sentence-transformers", "sentence-similarity")
+    assert {"sentence-transformers", "sentence-similarity", "feature-extraction"} <= set(metadata["tags"])
+    # mteb's description of the model beside the card, as mteb's own ModelMeta reads it
+    mteb_meta = pytest.importorskip("mteb.models.model_meta")
+    meta = mteb_meta.ModelMeta.model_validate(json.loads((folder / "mteb_model_meta.json").read_text()))
+    assert (meta.name, meta.embed_dim, meta.max_tokens, meta.similarity_fn_name) == (str(folder), 32, 512, "cosine")
+    assert meta.n_parameters == sum(p.numel() for p in SimCSEModel.from_pretrained(trained).parameters())
+    assert meta.revision is None and meta.open_weights and "Sentence Transformers" in meta.framework
+    snippets = python_snippets((folder / "README.md").read_text())
+    assert len(snippets) == 2 and "SentenceTransformer(" in snippets[0] and "AutoModel" in snippets[1]
+    expected = SimCSEModel.from_pretrained(trained).encode(["A man is playing a guitar."])
+    for snippet in snippets:
+        result = run_isolated_python(snippet + "print(embeddings[0, :4].tolist())\n", tmp_path, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        printed = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+        norm = 1.0 if "normalize=True" not in snippet else np.linalg.norm(expected[0])
+        np.testing.assert_allclose(printed, expected[0, :4] / norm, atol=1e-5)
+        noise = [line for line in result.stderr.splitlines() if line.strip() and "Loading weights" not in line]
+        assert noise == [], noise  # no trust prompt ("[y/N]"), no warning
+
+
+def test_a_folder_sentence_transformers_cannot_load_has_a_transformers_card_that_says_why(tmp_path, trained,
+                                                                                           tokenizer):
+    from huggingface_hub import metadata_load
+
+    model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
+                                     pooler_type="avg_first_last"))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    shutil.copy(trained / "eval_results.json", tmp_path / "model")
+    write_model_card(tmp_path / "model", repo_id="org/model", figure="never")
+    metadata = metadata_load(tmp_path / "model" / "README.md")
+    assert (metadata["library_name"], metadata["pipeline_tag"]) == ("transformers", "feature-extraction")
+    assert "sentence-transformers" not in metadata["tags"]
+    text = (tmp_path / "model" / "README.md").read_text()
+    assert '`SentenceTransformer("org/model")` does not load this model: its inference is not a backbone' in text
+    assert [("AutoModel" in snippet) for snippet in python_snippets(text)] == [True]
+
+
+def test_training_curve_has_no_empty_panel(tmp_path):
+    from csekit.publishing.figure import training_curve_figure
+
+    drawn = {}
+    with mock.patch("csekit.publishing.figure.write_png", lambda figure, path: drawn.update(figure=figure)):
+        training_curve_figure([{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}], tmp_path / "curve.png")
+        assert [axis.get_title() for axis in drawn["figure"].axes] == ["training loss"]
+        training_curve_figure([{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0, "dev": 50.0}], tmp_path / "c.png")
+        assert [axis.get_title() for axis in drawn["figure"].axes] == ["training loss", "dev STS (Spearman x100)"]
 
 
 def test_mteb_results_are_the_model_index_under_mtebs_dataset_ids(trained, tmp_path):
@@ -170,14 +235,20 @@ def test_remote_code_export_loads_where_csekit_is_absent(tmp_path, trained):
 
 
 def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, monkeypatch):
-    assert (trained / "training_args.bin").is_file() and any(trained.glob("checkpoint-*"))
+    # the training output is the publishable folder: no pickle, no checkpoint, the card written by the run
+    every_file = sorted(str(p.relative_to(trained)) for p in trained.rglob("*") if p.is_file())
+    assert every_file == files_to_push(trained)
     # tests/run.sh runs offline; the upload itself is mocked, so let push past its offline guard
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     api = mock.MagicMock()
+    api.upload_folder.return_value = mock.Mock(oid="0123abcd")
     commit, files = push_to_hub(trained, "someone/tiny-simcse", private=True, api=api)
+    meta = json.loads((trained / "mteb_model_meta.json").read_text())  # the revision the Hub now serves
+    assert (meta["name"], meta["revision"]) == ("someone/tiny-simcse", "0123abcd")
     assert files == sorted([
         "README.md", "alignment_uniformity.png", "config.json", "configuration_encoder.py", "configuration_simcse.py",
         "encoding.py", "eval_results.json", "model-head.safetensors", "model.safetensors.index.json",
+        "mteb_model_meta.json",
         "modeling_encoder.py", "modeling_simcse.py", "packing.py", "pooler_types.py", "pooling.py",
         "sentence_transformers_layout.py",
         "tokenizer.json", "tokenizer_config.json", "training_args.json", "training_curve.png",

@@ -148,7 +148,8 @@ def test_the_per_optimizer_step_hook_runs_once_per_update(tmp_path, tiny_backbon
             "--model_name_or_path", str(tiny_backbone), "--train_file", str(corpus), "--output_dir", str(out),
             "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2", "--max_steps", "3",
             "--save_steps", "3", "--eval_strategy", "no", "--load_best_model_at_end", "false", "--max_seq_length",
-            "16", "--do_test_eval", "false", "--disable_tqdm", "true", "--pooler_type", "cls"])
+            "16", "--do_test_eval", "false", "--disable_tqdm", "true", "--pooler_type", "cls",
+            "--keep_checkpoints", "true"])
         assert int(load_weights(out / "checkpoint-3")["optimizer_steps"]) == 3
     finally:
         sys.path.remove(str(plugins))

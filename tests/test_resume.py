@@ -64,7 +64,7 @@ def train(backbone: Path, corpus: Path, output_dir: Path, *extra, crash_at=None)
     argv = ["--model_name_or_path", backbone, "--train_file", corpus, "--output_dir", output_dir,
             "--per_device_train_batch_size", 8, "--max_steps", STEPS, "--save_steps", 2, "--save_total_limit", 5,
             "--logging_steps", 1, "--learning_rate", "1e-3", "--max_seq_length", 16, "--do_test_eval", "false",
-            "--seed", 7, "--eval_steps", 2, *recipe_flags("simcse"), *extra]
+            "--seed", 7, "--eval_steps", 2, "--keep_checkpoints", "true", *recipe_flags("simcse"), *extra]
     try:
         run_recipe(dataclasses.replace(recipe, trainer_class=Probed), *recipe.parse([str(a) for a in argv]))
     except Interrupted:
@@ -121,7 +121,7 @@ def test_recipe_killed_mid_run_resumes_to_the_uninterrupted_result(tiny_backbone
                 "--train_file", corpus, "--output_dir", output_dir, "--per_device_train_batch_size", 8,
                 "--max_steps", 8, "--eval_steps", 4, "--save_steps", 4, "--save_total_limit", 5, "--learning_rate",
                 "1e-3", "--max_seq_length", 16, "--do_test_eval", "false", "--seed", 7, "--disable_tqdm", "true",
-                *recipe_flags("simcse"), *extra]
+                "--keep_checkpoints", "true", *recipe_flags("simcse"), *extra]
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     full, killed = tmp_path / "full", tmp_path / "killed"
@@ -162,7 +162,8 @@ def test_resume_with_another_setup_is_refused_unless_accepted_and_then_recorded(
     out = tmp_path / "out"
     argv = ["train", "simcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(corpus), "--output_dir",
             str(out), "--max_steps", "4", "--save_steps", "2", "--eval_strategy", "no", "--load_best_model_at_end",
-            "false", "--max_seq_length", "16", "--do_test_eval", "false", "--disable_tqdm", "true"]
+            "false", "--max_seq_length", "16", "--do_test_eval", "false", "--disable_tqdm", "true",
+            "--keep_checkpoints", "true"]
     assert cli.main([*argv, "--per_device_train_batch_size", "8", "--max_steps", "2"]) == 0
     record = json.loads((out / "checkpoint-2" / "csekit_run.json").read_text())
     assert record == {"method": "csekit-simcse", "per_device_train_batch_size": 8, "processes": 1,

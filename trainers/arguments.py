@@ -19,6 +19,7 @@ import json
 import re
 import sys
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -31,7 +32,7 @@ from ..atomic import write_text
 from ..data import DATA_DIR_HELP
 from ..errors import DataError, OneLineUsageErrors
 from ..loading import ARGUMENTS_FILE
-from ..options import positive_int
+from ..options import FLAG_ALIASES, FLAG_NAMES, positive_int
 from ..preflight import backbone_table, check_finite_groups, check_training_arguments
 
 
@@ -53,7 +54,13 @@ def config_fields(config_class) -> list:
     """The method settings of a csekit config class: its dataclass fields below ``PreTrainedConfig``, without the
     nested backbone config (the recipe loads the backbone from ``--model_name_or_path``)."""
     inherited = {f.name for f in dataclasses.fields(PreTrainedConfig)}
-    return [f for f in dataclasses.fields(config_class) if f.name not in inherited and f.name != "encoder_config"]
+    return [f for f in dataclasses.fields(config_class) if f.name not in inherited and f.name not in NOT_FLAGS]
+
+
+# config fields that are not method flags: the backbone's config (from --model_name_or_path) and the inference
+# settings of a sentence-transformers backbone (read from its folder)
+NOT_FLAGS = ("encoder_config", "sentence_transformers_settings")
+
 
 
 def model_arguments(config_class, name: Optional[str] = None, default_model: str = "bert-base-uncased") -> type:
@@ -68,7 +75,7 @@ def model_arguments(config_class, name: Optional[str] = None, default_model: str
         default = config_field.default
         if isinstance(default, (list, dict)):
             default = field(default_factory=lambda value=default: type(value)(value))
-        fields.append((config_field.name, config_field.type, field(
+        fields.append((FLAG_NAMES.get(config_field.name, config_field.name), config_field.type, field(
             default=default, metadata={"help": helps[config_field.name]}
         ) if not isinstance(default, dataclasses.Field) else default))
     return dataclasses.make_dataclass(name or config_class.__name__.replace("Config", "Arguments"), fields)
@@ -76,7 +83,7 @@ def model_arguments(config_class, name: Optional[str] = None, default_model: str
 
 def config_kwargs(model_args, config_class) -> dict:
     """The config fields of a parsed :func:`model_arguments` instance, ready for ``from_encoder(**kwargs)``."""
-    return {f.name: getattr(model_args, f.name) for f in config_fields(config_class)}
+    return {f.name: getattr(model_args, FLAG_NAMES.get(f.name, f.name)) for f in config_fields(config_class)}
 
 
 # ------------------------------------------------------------------------------------------------ shipped configs
@@ -175,6 +182,9 @@ class CSETrainingArguments(TrainingArguments):
         "help": "'mask': leave out of each anchor's negatives the in-batch candidates whose text is its own or its "
                 "positive's (logged as masked_pairs per step); 'keep' is the paper's loss.",
         "choices": ["keep", "mask"]})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "Keep the checkpoint-N folders (optimizer state, for resuming) after the run; by default they are "
+                "removed once the final model, its scores and card are in --output_dir."})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
 
@@ -199,7 +209,7 @@ COMMON_TRAINING_FLAGS = (
     "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "seed", "bf16", "fp16",
     "gradient_checkpointing", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "load_best_model_at_end", "metric_for_best_model", "logging_steps", "report_to", "resume_from_checkpoint",
-    "resume_accept_changes", "mini_batch_size", "duplicate_negatives",
+    "resume_accept_changes", "keep_checkpoints", "mini_batch_size", "duplicate_negatives",
     "push_to_hub", "hub_model_id", "dataloader_num_workers",
 )
 HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults)", "data": "data and evaluation",
@@ -269,6 +279,9 @@ def build_recipe_parser(dataclass_types: tuple, defaults: Optional[dict], descri
     if show_all:
         parser.epilog = ("backbones (config.json model_type; anything else, decoder-only and encoder-decoder models "
                          f"included, is refused before any work):\n{backbone_table()}")
+    for action in parser._actions:  # HfArgumentParser gives --no_X the help of --X
+        if action.option_strings and all(flag.startswith(("--no_", "--no-")) for flag in action.option_strings):
+            action.help = f"Turn --{action.dest} off (the same as --{action.dest} false)."
     group_help(parser, dataclass_types, show_all)
     parser.add_argument("--config", default=None, help="YAML file of arguments, or the name of one shipped with csekit "
                         f"({', '.join(shipped_configs())}); flags on the command line win.")
@@ -306,6 +319,10 @@ def read_config_file(parser: argparse.ArgumentParser, dataclass_types: tuple, na
         parser.error(f"--config {path}: holds a {type(values).__name__}; write one 'flag: value' line per setting "
                      "(e.g. learning_rate: 3.0e-5)")
     known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls)}
+    for old, new in FLAG_ALIASES.items():
+        if old in values and old not in known and new in known:
+            warnings.warn(f"--config {path}: {old} is now {new}; the old name is accepted until the next release")
+            values[new] = values.pop(old)
     unknown = sorted(set(values) - known)
     if unknown:
         parser.error(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -338,6 +355,13 @@ def parse_recipe_args(
     show_all = "--help-all" in argv
     argv = ["--help" if item == "--help-all" else item for item in argv]
     parser = build_recipe_parser(dataclass_types, defaults, description, prog, show_all)
+    known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls)}
+    for old, new in FLAG_ALIASES.items():
+        if old not in known and new in known:
+            renamed = [f"--{new}{item[len(old) + 2:]}" if item.split("=")[0] == f"--{old}" else item for item in argv]
+            if renamed != argv:
+                warnings.warn(f"--{old} is now --{new}; the old name is accepted until the next release")
+            argv = renamed
     config = pop_config_flag(argv)
     if config:
         parser.set_defaults(**read_config_file(parser, dataclass_types, config))

@@ -75,7 +75,9 @@ class CLSRTrainingArguments:
         default=None, metadata={"help": "Continue from 'last' (the newest complete checkpoint in --output_dir) or a "
                                 "checkpoint folder; the result equals the uninterrupted run."}
     )
-
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "Keep the checkpoint folder after the run; by default it is removed once the final model, its scores "
+                "and card are in --output_dir."})
     resume_accept_changes: bool = field(default=False, metadata={
         "help": "Resume from a checkpoint made with another batch size (refused otherwise: the result is not the "
                 "uninterrupted run's); training_args.json records it."})

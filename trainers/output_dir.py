@@ -173,6 +173,19 @@ class RunFolder:
             self.lock.release()
             self.locked = False
 
+    def remove_checkpoints(self) -> list:
+        """Once the final model is in place: remove the run's ``checkpoint-*`` folders (optimizer state, for resuming
+        only), so the folder is the publishable model. Each is renamed to a hidden partial name first, so a kill
+        mid-removal leaves only what the next run's :meth:`_tidy` removes. Returns the removed names."""
+        removed = []
+        for checkpoint in sorted(self.folder.glob("checkpoint-*/")):
+            hidden = self.folder / f"{PARTIAL_CHECKPOINT_PREFIX}{checkpoint.name}"
+            shutil.rmtree(hidden, ignore_errors=True)
+            os.replace(checkpoint, hidden)
+            shutil.rmtree(hidden, ignore_errors=True)
+            removed.append(checkpoint.name)
+        return removed
+
     def trained_weights(self) -> str:
         """Where this run's trained weights are after a failed final save: its staging folder when the model there
         is whole (else that folder is removed), otherwise the newest complete checkpoint."""

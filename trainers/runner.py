@@ -18,6 +18,8 @@ from transformers import set_seed
 from ..atomic import commit_files, write_json
 from ..data import resolve_data_dir
 from ..errors import DataError, report_errors
+from ..evaluation.encoders import load_embedder
+from ..evaluation.geometry import GeometryEvaluator
 from ..evaluation.protocol import protocol_record
 from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, format_sts_table
 from ..loading import RESULTS_FILE, resolve_model_path
@@ -151,15 +153,30 @@ def describe_batch(record: dict) -> str:
             f"{' less masked duplicates' if record['duplicate_negatives'] == 'mask' else ''}")
 
 
+def base_model_scores(name_or_path: str, test: STSEvaluator) -> dict:
+    """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, as ``csekit evaluate``
+    scores it (a sentence-transformers folder with its own pooling, a csekit folder with its pooler, a bare encoder
+    with ``cls``), for the card's row beside the trained model's."""
+    embed, info = load_embedder(name_or_path, batch_size=128)
+    return {"base_sts": test.evaluate(embed)[test.aggregation], "base_pooler": info["pooler"]}
+
+
 def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,
-               table: Optional[str] = None) -> None:
+               table: Optional[str] = None, card: Optional[dict] = None) -> None:
     """The end of every recipe, on the main process, once the model and its tokenizer are saved in ``staging``: the
-    run's argument groups (``training_args.json``) and test record (``eval_results.json``) join them, everything
-    moves into ``output_dir`` together (``config.json`` last, :func:`csekit.atomic.commit_files`), then the test
-    table is printed."""
+    run's argument groups (``training_args.json``) and test record (``eval_results.json``) join them, with a record
+    the model card (``README.md``, its figures; ``card``: :func:`~csekit.publishing.model_card.write_model_card`'s
+    ``repo_id`` and ``data_dir``), then everything moves into ``output_dir`` together (``config.json`` last,
+    :func:`csekit.atomic.commit_files`), and the test table is printed."""
     write_arguments(staging, **arguments)
     if record is not None:
         write_json(staging / RESULTS_FILE, record)
+        if card is not None and "sts" in record:  # a card needs the test scores (--do_test_eval)
+            from ..publishing.model_card import write_model_card
+
+            name = Path(output_dir).resolve().name
+            write_model_card(staging, repo_id=card.get("repo_id") or f"<your-namespace>/{name}", figure="missing",
+                             data_dir=card.get("data_dir"))
     commit_files(staging, output_dir)
     if table:
         print(table)
@@ -194,6 +211,8 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
     dev = STSEvaluator(data_dir, dev_tasks, split="dev")
     test = STSEvaluator(data_dir, STS_TASKS, split="test") if data_args.do_test_eval else None  # read now, not after
+    if test is not None:
+        GeometryEvaluator(data_dir, isoscore_sentences=[])  # the card's figure reads STS-B train: checked now
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
     check_model_inputs(model_args.model_name_or_path, read_model_config(model_path), tokenizer,
@@ -246,11 +265,20 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
             if test is not None:
                 scores = test.evaluate(lambda sentences: model.eval().encode(sentences, batch_size=128))
                 results = scores[test.aggregation]
+                base = base_model_scores(model_args.model_name_or_path, test)
                 record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results,
                           "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
-                          "training_curve": training_curve(trainer.state.log_history), "batch": batch}
-                table = format_sts_table({training_args.output_dir: results}, title="STS test (Spearman x100)")
-            finish_run(folder.staging, training_args.output_dir, arguments, record, table)
+                          "training_curve": training_curve(trainer.state.log_history), "batch": batch, **base}
+                table = format_sts_table({training_args.output_dir: results,
+                                          f"{model_args.model_name_or_path} (base)": base["base_sts"]},
+                                         title="STS test (Spearman x100)")
+            finish_run(folder.staging, training_args.output_dir, arguments, record, table,
+                       card=dict(repo_id=training_args.hub_model_id, data_dir=data_dir))
+            if not training_args.keep_checkpoints:
+                removed = folder.remove_checkpoints()
+                if removed:
+                    logger.info("removed %s from %s (--keep_checkpoints true keeps them)", ", ".join(removed),
+                                training_args.output_dir)
     finally:
         folder.release()
     if publish:

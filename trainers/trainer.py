@@ -372,7 +372,15 @@ class ContrastiveTrainer(Trainer):
             model.sentence_encoder().save_pretrained(output_dir)
             if self.processing_class is not None:
                 self.processing_class.save_pretrained(output_dir)
-            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+    def _save(self, output_dir: Optional[str] = None, state_dict=None) -> None:
+        """The Trainer's save less its pickled arguments (``training_args.bin``): a csekit folder holds no pickle.
+        The run's arguments are in ``training_args.json`` (:func:`~csekit.trainers.arguments.write_arguments`),
+        what a resume checks in each checkpoint's ``csekit_run.json``."""
+        super()._save(output_dir, state_dict)
+        pickled = os.path.join(output_dir or self.args.output_dir, TRAINING_ARGS_NAME)
+        if self.args.should_save and os.path.exists(pickled):
+            os.remove(pickled)
 
     def run_record(self) -> dict:
         return run_record(self.accelerator.unwrap_model(self.model).config.model_type, self.args)

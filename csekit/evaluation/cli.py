@@ -3,8 +3,10 @@
     csekit evaluate MODEL --tasks sts [--pooler P] [--batch-size N] [--max-length L] [--device D]
                           [--data-dir DIR] [--output results.json]
     csekit evaluate MODEL --tasks transfer,clustering [--transfer-protocol senteval|simcse|fast] [--transfer-jobs N]
-    csekit evaluate MODEL --mteb STSBenchmark STS12 [--tasks sts]   # the mteb package, mteb's data
+    csekit evaluate MODEL --mteb STSBenchmark.v2 STS12 [--output r.json]   # the mteb package, mteb's data
 """
+
+from pathlib import Path
 
 from ..atomic import write_json
 from ..data import resolve_data_dir
@@ -29,8 +31,13 @@ def add_evaluate_parser(subparsers) -> None:
     parser.add_argument("--tasks", default=None,
                         help=f"Comma-separated suites: {', '.join(SUITES)} (default: sts, none with --mteb).")
     parser.add_argument("--mteb", nargs="+", metavar="TASK", default=None,
-                        help="MTEB tasks run by the mteb package (pip install 'csekit[mteb]'), e.g. STSBenchmark "
-                        "STS12; task data through the Hugging Face datasets cache (HF_HUB_OFFLINE=1: cached only).")
+                        help="MTEB tasks run by the mteb package (pip install 'csekit[mteb]'), e.g. STSBenchmark.v2 "
+                        "STS12; task data through the Hugging Face datasets cache (HF_HUB_OFFLINE=1: cached only), "
+                        "read before any other suite runs.")
+    parser.add_argument("--mteb-results", metavar="DIR", default=None,
+                        help="Where mteb's results files go, laid out as mteb's results repository "
+                        "(DIR/results/<model>/<revision>/<task>.json + model_meta.json). Default: the folder of "
+                        "--output.")
     parser.add_argument(
         "--pooler",
         default=None,
@@ -89,12 +96,21 @@ def score_suites(args, suites: list, data_dir, embed, device, protocol: dict, re
 
 def score_mteb(args, embed, mteb_tasks, protocol: dict, record: dict) -> None:
     """The MTEB tasks through the mteb package into ``record``, and their table."""
-    from .mteb_suite import evaluate_mteb
+    from ..loading import resolve_model_path
+    from .mteb_suite import evaluate_mteb, model_meta, write_mteb_results
     from .suites import format_table
 
-    record["mteb"], protocol["mteb"] = evaluate_mteb(embed, args.model, mteb_tasks)
+    meta = model_meta(args.model, resolve_model_path(args.model))
+    record["mteb"], protocol["mteb"], result = evaluate_mteb(embed, meta, mteb_tasks)
     print("\n" + format_table({args.model: record["mteb"]}, f"MTEB {protocol['mteb']['version']} (main score x100, "
                                "mteb's task names and datasets)"))
+    folder = args.mteb_results or (str(Path(args.output).parent) if args.output else None)
+    if folder is None:
+        print("mteb's results files were not written: give --output FILE or --mteb-results DIR")
+    else:
+        files = write_mteb_results(result, meta, folder)
+        protocol["mteb"]["results_files"] = [str(Path(path).relative_to(folder)) for path in files]
+        print(f"mteb's results files: {files[0].parent} (model_meta.json and {len(files)} task file(s))")
 
 
 def run_evaluate(args) -> int:

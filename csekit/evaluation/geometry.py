@@ -12,7 +12,6 @@
 from typing import Callable, Optional
 
 import numpy as np
-from sklearn.decomposition import PCA
 
 from ..data import read_reference_corpus, resolve_data_file
 from .sts import load_sts_task
@@ -52,6 +51,8 @@ def isoscore(x: np.ndarray) -> float:
     """
     x = np.asarray(x, dtype=np.float64)
     dimension = x.shape[1]
+    from sklearn.decomposition import PCA  # here: a model card's figure imports this module and needs no sklearn
+
     variances = PCA(n_components=min(x.shape), svd_solver="full").fit_transform(x).var(axis=0)
     variances = np.pad(variances, (0, dimension - len(variances)))
     normalized = np.sqrt(dimension) * variances / np.linalg.norm(variances)

@@ -4,14 +4,18 @@ The model is the same ``embed`` that scores the SentEval suites (a csekit model'
 encoder with its pooler), wrapped in the encoder protocol mteb 2 expects (:class:`CSEKitMTEBEncoder`: texts of mteb's
 batches in, a ``(n, d)`` array out, cosine similarity). mteb is never asked to resolve the model, so a local folder
 costs no Hub call. Task data is mteb's: each task's Hub dataset at the revision mteb pins, read through the Hugging
-Face datasets cache, so with ``HF_HUB_OFFLINE=1`` a task runs from the cache of an earlier online run. mteb's own
-result cache is not used (every call scores), and nothing is written outside the record csekit returns.
+Face datasets cache, so with ``HF_HUB_OFFLINE=1`` a task runs from the cache of an earlier online run. Each task's
+data is read when the task is named (:func:`load_mteb_tasks`), before any other suite runs. mteb's own result cache
+is not read (every call scores); :func:`write_mteb_results` writes mteb's results files, in the layout of mteb's
+results repository (``results/<model>/<revision>/<task>.json`` and ``model_meta.json``), where the caller says.
 
 Results are kept under mteb's task names and dataset ids, apart from the SentEval scores: MTEB's ``SICK-R`` is the
 9,927-pair ``mteb/sickr-sts``, SentEval's ``SICKRelatedness`` the 4,927-pair test file; the two are different
 numbers.
 """
 
+import json
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,18 +32,36 @@ def _require_mteb():
     return mteb
 
 
-def mteb_encoder(embed: Callable[[list], np.ndarray], model_name: str):
-    """An mteb encoder (``AbsEncoder``) whose ``encode`` returns ``embed`` of the batches' texts."""
+def model_meta(model_name: str, path: str):
+    """mteb's ``ModelMeta`` of the scored model: a csekit folder's full record
+    (:func:`csekit.publishing.mteb_meta.model_meta_record`), else the name, revision and cosine similarity. The
+    name is the Hub id of a Hub model (its revision the cached snapshot), ``csekit/<folder>`` for a local folder."""
+    _require_mteb()
+    from mteb.models.model_meta import ModelMeta, ScoringFunction
+
+    folder = Path(path)
+    local = Path(model_name).exists()
+    name = f"csekit/{Path(model_name.rstrip('/')).name}" if local else model_name
+    revision = folder.name if folder.parent.name == "snapshots" else "local"
+    config = folder / "config.json"
+    if config.is_file() and json.loads(config.read_text()).get("model_type", "").startswith("csekit-"):
+        from ..publishing.mteb_meta import model_meta_record
+
+        return ModelMeta.model_validate(model_meta_record(folder, repo_id=name, revision=revision))
+    return ModelMeta.create_empty({"name": name, "revision": revision, "similarity_fn_name": ScoringFunction.COSINE,
+                                   "framework": ["PyTorch"]})
+
+
+def mteb_encoder(embed: Callable[[list], np.ndarray], meta):
+    """An mteb encoder (``AbsEncoder``) whose ``encode`` returns ``embed`` of the batches' texts; ``meta`` is its
+    ``ModelMeta`` (:func:`model_meta`)."""
     _require_mteb()
     from mteb.models.abs_encoder import AbsEncoder
-    from mteb.models.model_meta import ModelMeta, ScoringFunction
 
     class CSEKitMTEBEncoder(AbsEncoder):
         def __init__(self):
             self.model = None
-            self.mteb_model_meta = ModelMeta.create_empty({
-                "name": f"csekit/{Path(model_name.rstrip('/')).name or model_name}", "revision": "local",
-                "similarity_fn_name": ScoringFunction.COSINE, "framework": ["PyTorch"]})
+            self.mteb_model_meta = meta
 
         def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs):
             texts = [text for batch in inputs for text in batch["text"]]
@@ -48,21 +70,38 @@ def mteb_encoder(embed: Callable[[list], np.ndarray], model_name: str):
     return CSEKitMTEBEncoder()
 
 
-def load_mteb_tasks(task_names: Sequence[str]) -> list:
-    """mteb's task objects (no data is read yet); an unknown name is a one-line error."""
+def load_mteb_tasks(task_names: Sequence[str], load_data: bool = True) -> list:
+    """mteb's task objects, with their data read (``load_data``): an unknown name, or data that cannot be had (not in
+    the cache offline, not on the Hub), is a one-line error before any work. A name mteb marks as superseded is
+    scored as asked, with a warning naming its successor (leaderboards show the successor)."""
     mteb = _require_mteb()
     try:
-        return [mteb.get_task(name) for name in task_names]
+        tasks = [mteb.get_task(name) for name in task_names]
     except (KeyError, ValueError) as error:
         raise DataError(f"--mteb: {str(error).splitlines()[0]}") from None
+    for task in tasks:
+        successor = getattr(task, "superseded_by", None)
+        if successor:
+            warnings.warn(f"--mteb {task.metadata.name}: mteb marks this task superseded by {successor}; score "
+                          f"{successor} for the current leaderboards")
+        if load_data:
+            try:
+                task.load_data()
+            except Exception as error:  # datasets' and the Hub client's many errors: all mean "not to be had"
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise DataError(f"--mteb {task.metadata.name}: its data ({task.metadata.dataset['path']}) cannot be "
+                                f"read: {reason}; the task data comes from the Hub through the Hugging Face "
+                                "datasets cache: run once online, then HF_HUB_OFFLINE=1 works") from None
+    return tasks
 
 
-def evaluate_mteb(embed: Callable[[list], np.ndarray], model_name: str, tasks: list) -> tuple:
-    """``({task: main score x100}, {"version", "tasks": {task: {"dataset", "revision", "splits", "main_score"}}})``
-    for mteb task objects (:func:`load_mteb_tasks`)."""
+def evaluate_mteb(embed: Callable[[list], np.ndarray], meta, tasks: list) -> tuple:
+    """``({task: main score x100}, {"version", "tasks": {task: {"dataset", "revision", "splits", "main_score"}}},
+    mteb's ModelResult)`` for mteb task objects (:func:`load_mteb_tasks`) and the model's ``ModelMeta``
+    (:func:`model_meta`)."""
     mteb = _require_mteb()
     try:
-        result = mteb.evaluate(mteb_encoder(embed, model_name), tasks, cache=None, show_progress_bar=False)
+        result = mteb.evaluate(mteb_encoder(embed, meta), tasks, cache=None, show_progress_bar=False)
     except ConnectionError as error:
         raise DataError(f"--mteb: {error}; the task data is read from the Hub through the Hugging Face datasets "
                         "cache: run once online, then HF_HUB_OFFLINE=1 works") from None
@@ -71,7 +110,20 @@ def evaluate_mteb(embed: Callable[[list], np.ndarray], model_name: str, tasks: l
                                      "revision": task.metadata.dataset["revision"],
                                      "splits": list(task.metadata.eval_splits),
                                      "main_score": task.metadata.main_score} for task in tasks}
-    return scores, {"version": mteb.__version__, "tasks": protocol}
+    return scores, {"version": mteb.__version__, "tasks": protocol}, result
 
 
-__all__ = ["evaluate_mteb", "load_mteb_tasks", "mteb_encoder"]
+def write_mteb_results(result, meta, folder) -> list:
+    """mteb's results files of ``result`` (``evaluate_mteb``'s ModelResult) under ``folder``, as mteb's results
+    repository lays them out: ``results/<name>/<revision>/<task>.json`` beside ``model_meta.json``. Returns the
+    task files."""
+    _require_mteb()
+    from mteb.cache import ResultCache
+
+    cache = ResultCache(Path(folder))
+    for task_result in result.task_results:
+        cache.save_to_cache(task_result, meta)
+    return [cache.get_task_result_path(task.task_name, meta) for task in result.task_results]
+
+
+__all__ = ["evaluate_mteb", "load_mteb_tasks", "model_meta", "mteb_encoder", "write_mteb_results"]

@@ -15,10 +15,8 @@ import io
 from typing import Callable, Optional
 
 import numpy as np
-from matplotlib.figure import Figure  # no pyplot: nothing global (backend, figure registry) is touched
 
 from ..atomic import write_bytes
-from ..evaluation.geometry import GeometryEvaluator, alignment, uniformity
 
 FIGURE_FILE = "alignment_uniformity.png"
 CURVE_FILE = "training_curve.png"
@@ -26,7 +24,7 @@ SAMPLED_PAIRS = 20000
 MAX_SENTENCES = 1000
 
 
-def write_png(figure: Figure, path) -> None:
+def write_png(figure, path) -> None:
     """``figure`` as a PNG at ``path``, written atomically."""
     png = io.BytesIO()
     figure.savefig(png, format="png", dpi=110)
@@ -68,6 +66,10 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
         ``{"alignment", "uniformity"}`` rounded to 4 digits as in :class:`GeometryEvaluator`, with the
         ``"sentences"`` and ``"positive_pairs"`` they were computed on.
     """
+    from matplotlib.figure import Figure  # here: the card's text needs no matplotlib; no pyplot: nothing global
+
+    from ..evaluation.geometry import GeometryEvaluator, alignment, uniformity
+
     evaluator = GeometryEvaluator(data_dir, isoscore_sentences=[])  # IsoScore is not drawn: skip its corpus
     chosen, rows = sample_rows(evaluator.sentences, evaluator.positive_rows, max_sentences, seed)
     vectors = np.asarray(embed([evaluator.sentences[i] for i in chosen]), dtype=np.float64)
@@ -100,18 +102,24 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
 
 def training_curve_figure(curve: list, path) -> None:
     """Training loss and dev STS (Spearman x100) per logged step, from ``eval_results.json`` ``training_curve``
-    (``[{"step", "loss"?, "dev"?}, ...]``), as a two-panel PNG written to ``path``."""
-    figure = Figure(figsize=(9, 3.2))
-    left, right = figure.subplots(1, 2)
-    for axis, key, title, color in ((left, "loss", "training loss", "#4c72b0"),
-                                    (right, "dev", "dev STS (Spearman x100)", "#55a868")):
+    (``[{"step", "loss"?, "dev"?}, ...]``), as a PNG written to ``path``: one panel per quantity that was logged
+    (a run without dev evaluation gets the loss panel alone, never an empty one)."""
+    from matplotlib.figure import Figure
+
+    panels = []
+    for key, title, color in (("loss", "training loss", "#4c72b0"), ("dev", "dev STS (Spearman x100)", "#55a868")):
         points = [(entry["step"], entry[key]) for entry in curve if entry.get(key) is not None]
         if points:
-            axis.plot(*zip(*points), marker="." if len(points) < 50 else None, color=color)
+            panels.append((key, title, color, points))
+    if not panels:
+        raise ValueError("training_curve holds no logged loss or dev score to draw")
+    figure = Figure(figsize=(4.5 * len(panels), 3.2))
+    for axis, (key, title, color, points) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels):
+        axis.plot(*zip(*points), marker="." if len(points) < 50 else None, color=color)
         axis.set_title(title)
         axis.set_xlabel("step")
-    if any(entry.get("loss") is not None and entry["loss"] > 0 for entry in curve):
-        left.set_yscale("log")  # a contrastive loss falls over orders of magnitude on a sentence-tuned backbone
+        if key == "loss" and all(value > 0 for _, value in points):
+            axis.set_yscale("log")  # a contrastive loss falls over orders of magnitude on a sentence-tuned backbone
     figure.tight_layout()
     write_png(figure, path)
 

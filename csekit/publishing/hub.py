@@ -30,14 +30,15 @@ from ..modeling.sentence_transformers_layout import TOP_LEVEL_FILES as ST_TOP_LE
 from ..preflight import check_repo_id, weight_files
 from .figure import CURVE_FILE, FIGURE_FILE
 from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
+from .mteb_meta import MODEL_META_FILE, write_model_meta
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
     "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
 )
-OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE, CURVE_FILE)
+OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE, CURVE_FILE, MODEL_META_FILE)
 # the uploaded files that record what the run was given (paths among them)
-RECORD_FILES = ("config.json", "tokenizer_config.json", ARGUMENTS_FILE, RESULTS_FILE)
+RECORD_FILES = ("config.json", "tokenizer_config.json", ARGUMENTS_FILE, RESULTS_FILE, MODEL_META_FILE)
 UPLOAD_PREFIX = ".csekit-upload-"
 PATHS_NOTE = ("\n> Local paths of the training run (data files, the base model's and output folders) are shown by "
               "their base name.\n")
@@ -182,6 +183,9 @@ def push_to_hub(
         )
     finally:
         shutil.rmtree(upload, ignore_errors=True)
+    revision = getattr(commit, "oid", None)
+    if isinstance(revision, str):  # the local copy names the revision the Hub now serves (a results submission's)
+        write_model_meta(model_dir, repo_id=repo_id, revision=revision)
     return commit, files
 
 

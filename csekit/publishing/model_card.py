@@ -9,6 +9,7 @@ papers' numbers live in the per-family templates of ``model_cards/`` as the *pap
     write_model_card("outputs/simcse")                                          # README.md (+ figure if missing)
 """
 
+import dataclasses
 import json
 from importlib.resources import files
 from pathlib import Path
@@ -16,16 +17,16 @@ from typing import Optional
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import AutoConfig
 
 from ..atomic import write_json, write_text
 from ..errors import DataError
 from ..evaluation.sts import STS_COLUMNS, STS_TASKS
 from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
 from ..methods import method_of_model_type
-from ..modeling import SentenceEncoderConfig
+from ..options import FLAG_NAMES
 from ..preflight import check_output_file, load_tokenizer
-from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES, alignment_uniformity_figure, training_curve_figure
+from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES
+from .mteb_meta import write_model_meta
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
 GENERIC_TEMPLATE = "generic.md"
@@ -85,22 +86,49 @@ def load_eval_record(model_dir) -> dict:
     return record
 
 
-def method_config_fields(config: SentenceEncoderConfig) -> dict:
-    """The csekit fields of a config (pooling and method settings), without the nested backbone config."""
-    names = []
-    for cls in reversed(type(config).__mro__):
-        if isinstance(cls, type) and issubclass(cls, SentenceEncoderConfig):
-            names.extend(name for name in cls.__dict__.get("__annotations__", {}) if name not in names)
-    return {name: getattr(config, name) for name in names if name != "encoder_config"}
+class FolderConfig:
+    """A csekit folder's ``config.json`` as the card reads it, without building the config: building one resolves
+    the nested backbone config through transformers' Auto classes, which load csekit's model code and transformers'
+    ``modeling_utils`` (seconds of imports a card does not need). The method's settings are the fields its registered
+    config class declares (read from the class, not an instance), with the values ``config.json`` holds."""
+
+    def __init__(self, folder: Path):
+        path = folder / "config.json"
+        try:
+            self.values = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise DataError(f"{path}: cannot read it ({error})") from None
+        self.model_type = str(self.values.get("model_type", ""))
+        method = method_of_model_type(self.model_type)
+        if method is None or not isinstance(self.values.get("encoder_config"), dict):
+            raise DataError(f"{folder}: model_type {self.model_type!r} is not a csekit model")
+        self.config_class = method.config_class
+        self.encoder = self.values["encoder_config"]
+        self.architectures = self.values.get("architectures")
+        self.pooler_type = self.values.get("pooler_type", "cls")
+        self.max_length = self.values.get("max_length")
+        self.sentence_transformers_settings = self.values.get("sentence_transformers_settings")
+
+    def method_fields(self) -> dict:
+        """The csekit fields (pooling and method settings), without the nested backbone config and the settings a
+        sentence-transformers backbone handed on."""
+        names = []
+        for cls in reversed(self.config_class.__mro__):
+            if isinstance(cls, type) and cls.__name__ != "PreTrainedConfig" and hasattr(cls, "validate_pooling"):
+                names.extend(name for name in cls.__dict__.get("__annotations__", {}) if name not in names)
+        fields = {item.name: item for item in dataclasses.fields(self.config_class)}
+        return {name: self.values.get(name, fields[name].default if name in fields else None) for name in names
+                if name not in ("encoder_config", "sentence_transformers_settings")}
 
 
-def hyperparameter_rows(config: SentenceEncoderConfig, arguments: Optional[dict]) -> list:
+def hyperparameter_rows(config: FolderConfig, arguments: Optional[dict]) -> list:
     """``(name, value, source)`` rows: the config's method fields, then the recipe arguments not already shown."""
-    fields = method_config_fields(config)
+    fields = config.method_fields()
     rows = [(name, value, "config.json") for name, value in fields.items()]
     if arguments:
+        shown = {FLAG_NAMES.get(name, name) for name in fields}
         for name, value in arguments.get("model_args", {}).items():
-            if name not in fields:
+            if name not in shown:
                 rows.append((name, value, "training_args.json (model)"))
         for name, value in arguments.get("data_args", {}).items():
             rows.append((name, value, "training_args.json (data)"))
@@ -155,10 +183,14 @@ def build_card_data(title: str, config, record: dict, arguments: Optional[dict],
         )
         for task, score in record.get("mteb", {}).items() if task in mteb_tasks and task not in contaminated
     ] or None
-    tags = ["csekit", method, "sentence-embeddings", "sentence-similarity", "custom_code"]
+    if sentence_transformers:  # the tags sentence-transformers' own cards carry, so the Hub shows its widget
+        library, pipeline = "sentence-transformers", "sentence-similarity"
+        tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "dense"]
+    else:
+        library, pipeline, tags = "transformers", "feature-extraction", ["feature-extraction", "sentence-similarity"]
     return ModelCardData(
-        model_name=title, library_name="transformers", pipeline_tag="feature-extraction", license=license,
-        tags=tags + (["sentence-transformers"] if sentence_transformers else []),
+        model_name=title, library_name=library, pipeline_tag=pipeline, license=license,
+        tags=tags + ["csekit", method, "sentence-embeddings", "custom_code"],
         base_model=base_model_id(arguments), datasets=training_datasets(arguments), eval_results=eval_results,
     )
 
@@ -179,13 +211,11 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     """
     folder = Path(model_dir)
     record = load_eval_record(folder)
-    config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    if not isinstance(config, SentenceEncoderConfig):
-        raise DataError(f"{folder}: model_type {config.model_type!r} is not a csekit model")
+    config = FolderConfig(folder)
     arguments = read_json(folder / ARGUMENTS_FILE) if (folder / ARGUMENTS_FILE).is_file() else None
     short_name = (repo_id or folder.resolve().name).split("/")[-1]
     repo_id = repo_id or f"<your-namespace>/{short_name}"
-    encoder = config.encoder_config
+    encoder = config.encoder
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(MODEL_CARDS_DIR), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
     )
@@ -200,7 +230,8 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         short_name=short_name,
         model_type=config.model_type,
         class_name=(config.architectures or ["?"])[0],
-        backbone=f"{encoder.model_type} ({encoder.num_hidden_layers} layers, hidden {encoder.hidden_size})",
+        backbone=f"{encoder.get('model_type')} ({encoder.get('num_hidden_layers')} layers, hidden "
+                 f"{encoder.get('hidden_size')})",
         pooler=config.pooler_type,
         hyperparameters=hyperparameter_rows(config, arguments),
         training_seconds=record.get("wall_seconds"),
@@ -208,6 +239,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         sts_columns=STS_COLUMNS,
         sts=record["sts"],
         base_sts=record.get("base_sts"),
+        base_pooler=record.get("base_pooler"),
         contaminated=record.get("contaminated", {}),
         other_results=other_result_rows(record),
         figure=FIGURE_FILE if (folder / FIGURE_FILE).is_file() else None,
@@ -232,6 +264,7 @@ def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128,
     folder = Path(model_dir)
     record = load_eval_record(folder)
     from ..evaluation.encoders import load_embedder
+    from .figure import alignment_uniformity_figure
 
     embed, _ = load_embedder(str(folder), batch_size=batch_size)
     numbers = alignment_uniformity_figure(embed, resolve_data_dir(data_dir), folder / FIGURE_FILE,
@@ -256,24 +289,35 @@ def write_model_card(
         figure_sentences: STS-B train sentences the figure encodes (a seeded sample; ``None``: all of them).
 
     A record with a ``training_curve`` gets ``training_curve.png`` (loss and dev STS per logged step) when it is
-    missing from a local folder.
+    missing from a local folder, and a local folder's card comes with ``mteb_model_meta.json``
+    (:func:`~csekit.publishing.mteb_meta.write_model_meta`; its revision is set by ``csekit push``).
     """
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")
     output = check_output_file(output, inputs=[model]) if output else None  # before any encoding
     local = Path(model).is_dir()
     folder = Path(resolve_model_path(str(model)))  # a path that is no model folder fails here, naming it
-    load_tokenizer(str(model), folder)  # the card's snippets and figure encode with it: refused when it cannot
+    draw = local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file()))
+    if draw:  # the figure encodes with the tokenizer: refused when it cannot load
+        load_tokenizer(str(model), folder)
+    elif not (folder / "tokenizer_config.json").is_file():  # the card's snippets need it
+        raise DataError(f"{folder}: no tokenizer (tokenizer_config.json); save the tokenizer next to the model")
     if not local:
         if output is None:
             raise DataError(f"{model}: the card of a Hub model is written to --output FILE (the cache is read-only)")
         repo_id = repo_id or model
     curve = load_eval_record(folder).get("training_curve")  # fails on a bad folder before any encoding
-    if local and (figure == "always" or (figure == "missing" and not (folder / FIGURE_FILE).is_file())):
+    if draw:
         evaluate_figure(folder, data_dir, max_sentences=figure_sentences)
     if local and curve and not (folder / CURVE_FILE).is_file():
+        from .figure import training_curve_figure
+
         training_curve_figure(curve, folder / CURVE_FILE)
-    return write_text(output or folder / "README.md", str(render_model_card(folder, repo_id, license)))
+    card = write_text(output or folder / "README.md", str(render_model_card(folder, repo_id, license)))
+    if local and output is None:  # mteb's description of the model, for a leaderboard submission
+        published = repo_id if repo_id and not repo_id.startswith("<") else None
+        write_model_meta(folder, repo_id=published, license=license)
+    return card
 
 
 __all__ = [

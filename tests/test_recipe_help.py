@@ -1,0 +1,37 @@
+"""``csekit train METHOD --help`` prints the text shipped in ``recipes/help/``: the live rendering of the recipe's
+parser, printed without importing torch or transformers (``csekit/recipe_help.py``)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from csekit.methods import METHODS
+from csekit.recipe_help import HEADER, help_dir, render_help, shipped_help, transformers_version
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_shipped_help_is_the_live_rendering(method):
+    """A recipe whose flags change without `python -m csekit.recipe_help` fails here (under the transformers version
+    the files were rendered with; another version renders live)."""
+    header = (help_dir() / f"{method}.txt").read_text().partition("\n")[0]
+    if header != HEADER + str(transformers_version()):
+        pytest.skip(f"shipped help rendered with another transformers ({header}); this version renders it live")
+    assert shipped_help(method) == render_help(method)
+
+
+def test_train_help_loads_neither_torch_nor_transformers_and_other_versions_render_live(monkeypatch, capsys):
+    code = ("import sys\nfrom csekit.cli import main\nassert main(['train', 'simcse', '--help']) == 0\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--inference_max_length" in result.stdout and "Turn --mlp_only_train off" in result.stdout
+    if shipped_help("simcse") is not None:
+        assert result.stdout.strip().splitlines()[-1] == "[]"
+    # a transformers version the text was not rendered with: the parser renders it live, the same flags
+    monkeypatch.setattr("csekit.recipe_help.transformers_version", lambda: "0.0.0")
+    assert shipped_help("simcse") is None
+    from csekit.cli import main
+
+    assert main(["train", "simcse", "--help"]) == 0
+    assert "--inference_max_length" in capsys.readouterr().out
