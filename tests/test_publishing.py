@@ -95,6 +95,9 @@ def test_card_cells_and_metadata_equal_the_recorded_json(trained):
     assert "@inproceedings{gao2021simcse" in card.text
     assert table_row(card.text, "SimCSE-BERT-base, unsup. (paper)")[-1] == "76.25"
     assert "training_args.bin" not in card.text  # arguments come from the JSON twin
+    # the run wrote its card in a staging folder: the names are the output folder's
+    meta = json.loads((trained / "mteb_model_meta.json").read_text())
+    assert card.data.model_name == "tiny-simcse" and meta["name"] == "csekit/tiny-simcse" and meta["reference"] is None
 
 
 def python_snippets(card_text: str) -> list:

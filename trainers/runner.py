@@ -164,10 +164,11 @@ def base_model_scores(name_or_path: str, test: STSEvaluator) -> dict:
 def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,
                table: Optional[str] = None, card: Optional[dict] = None) -> None:
     """The end of every recipe, on the main process, once the model and its tokenizer are saved in ``staging``: the
-    run's argument groups (``training_args.json``) and test record (``eval_results.json``) join them, with a record
-    the model card (``README.md``, its figures; ``card``: :func:`~csekit.publishing.model_card.write_model_card`'s
-    ``repo_id`` and ``data_dir``), then everything moves into ``output_dir`` together (``config.json`` last,
-    :func:`csekit.atomic.commit_files`), and the test table is printed."""
+    run's argument groups (``training_args.json``) and test record (``eval_results.json``) join them, and with a
+    test record the model card (``README.md``, its figures, ``mteb_model_meta.json``; ``card``:
+    :func:`~csekit.publishing.model_card.write_model_card`'s ``repo_id`` and ``data_dir``); then everything moves
+    into ``output_dir`` together (``config.json`` last, :func:`csekit.atomic.commit_files`), and the test table is
+    printed."""
     write_arguments(staging, **arguments)
     if record is not None:
         write_json(staging / RESULTS_FILE, record)

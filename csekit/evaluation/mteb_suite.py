@@ -47,7 +47,8 @@ def model_meta(model_name: str, path: str):
     if config.is_file() and json.loads(config.read_text()).get("model_type", "").startswith("csekit-"):
         from ..publishing.mteb_meta import model_meta_record
 
-        return ModelMeta.model_validate(model_meta_record(folder, repo_id=name, revision=revision))
+        return ModelMeta.model_validate(model_meta_record(folder, repo_id=None if local else model_name, name=name,
+                                                          revision=revision))
     return ModelMeta.create_empty({"name": name, "revision": revision, "similarity_fn_name": ScoringFunction.COSINE,
                                    "framework": ["PyTorch"]})
 
@@ -70,9 +71,9 @@ def mteb_encoder(embed: Callable[[list], np.ndarray], meta):
     return CSEKitMTEBEncoder()
 
 
-def load_mteb_tasks(task_names: Sequence[str], load_data: bool = True) -> list:
-    """mteb's task objects, with their data read (``load_data``): an unknown name, or data that cannot be had (not in
-    the cache offline, not on the Hub), is a one-line error before any work. A name mteb marks as superseded is
+def load_mteb_tasks(task_names: Sequence[str]) -> list:
+    """mteb's task objects, with their data read: an unknown name, or data that cannot be had (not in the cache
+    offline, not on the Hub), is a one-line error before any work. A name mteb marks as superseded is
     scored as asked, with a warning naming its successor (leaderboards show the successor)."""
     mteb = _require_mteb()
     try:
@@ -84,14 +85,13 @@ def load_mteb_tasks(task_names: Sequence[str], load_data: bool = True) -> list:
         if successor:
             warnings.warn(f"--mteb {task.metadata.name}: mteb marks this task superseded by {successor}; score "
                           f"{successor} for the current leaderboards")
-        if load_data:
-            try:
-                task.load_data()
-            except Exception as error:  # datasets' and the Hub client's many errors: all mean "not to be had"
-                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise DataError(f"--mteb {task.metadata.name}: its data ({task.metadata.dataset['path']}) cannot be "
-                                f"read: {reason}; the task data comes from the Hub through the Hugging Face "
-                                "datasets cache: run once online, then HF_HUB_OFFLINE=1 works") from None
+        try:
+            task.load_data()
+        except Exception as error:  # datasets' and the Hub client's many errors: all mean "not to be had"
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise DataError(f"--mteb {task.metadata.name}: its data ({task.metadata.dataset['path']}) cannot be "
+                            f"read: {reason}; the task data comes from the Hub through the Hugging Face datasets "
+                            "cache: run once online, then HF_HUB_OFFLINE=1 works") from None
     return tasks
 
 

@@ -200,6 +200,11 @@ def framework_versions(record: dict) -> Optional[dict]:
     return record.get("protocol", {}).get("versions") or None
 
 
+def short_name(folder: Path, repo_id: Optional[str]) -> str:
+    """The model's name in its card: the repository id's last part, else the folder's name."""
+    return (repo_id or Path(folder).resolve().name).split("/")[-1]
+
+
 def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "apache-2.0") -> ModelCard:
     """Render the card of a csekit model folder (nothing is written).
 
@@ -213,8 +218,8 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     record = load_eval_record(folder)
     config = FolderConfig(folder)
     arguments = read_json(folder / ARGUMENTS_FILE) if (folder / ARGUMENTS_FILE).is_file() else None
-    short_name = (repo_id or folder.resolve().name).split("/")[-1]
-    repo_id = repo_id or f"<your-namespace>/{short_name}"
+    short = short_name(folder, repo_id)
+    repo_id = repo_id or f"<your-namespace>/{short}"
     encoder = config.encoder
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(MODEL_CARDS_DIR), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
@@ -224,10 +229,10 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     # save_pretrained writes the sentence-transformers files exactly when the model's inference allows them
     st_problem = None if (folder / "modules.json").is_file() else NO_SENTENCE_TRANSFORMERS
     content = template.render(
-        card_data=build_card_data(short_name, config, record, arguments, license, st_problem is None).to_yaml(),
-        title=short_name,
+        card_data=build_card_data(short, config, record, arguments, license, st_problem is None).to_yaml(),
+        title=short,
         repo_id=repo_id,
-        short_name=short_name,
+        short_name=short,
         model_type=config.model_type,
         class_name=(config.architectures or ["?"])[0],
         backbone=f"{encoder.get('model_type')} ({encoder.get('num_hidden_layers')} layers, hidden "
@@ -316,7 +321,7 @@ def write_model_card(
     card = write_text(output or folder / "README.md", str(render_model_card(folder, repo_id, license)))
     if local and output is None:  # mteb's description of the model, for a leaderboard submission
         published = repo_id if repo_id and not repo_id.startswith("<") else None
-        write_model_meta(folder, repo_id=published, license=license)
+        write_model_meta(folder, repo_id=published, name=f"csekit/{short_name(folder, repo_id)}", license=license)
     return card
 
 

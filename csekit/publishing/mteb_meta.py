@@ -63,10 +63,11 @@ def embedding_dimension(folder: Path, config) -> int:
 
 def model_meta_record(model_dir, repo_id: Optional[str] = None, revision: Optional[str] = None,
                       license: str = "apache-2.0", release_date: Optional[str] = None,
-                      training_code: Optional[str] = None) -> dict:
+                      training_code: Optional[str] = None, name: Optional[str] = None) -> dict:
     """The fields of mteb's ``ModelMeta`` for a csekit folder (see the module docstring). ``repo_id`` is the Hub id
-    it is published under (default ``csekit/<folder name>``), ``revision`` its commit (``None`` until pushed),
-    ``training_code`` where the training code is public (a folder cannot know; ``None`` until it is given)."""
+    it is published under (its name and reference), ``name`` the name of a model not published yet (default
+    ``csekit/<folder name>``), ``revision`` its commit (``None`` until pushed), ``training_code`` where the training
+    code is public (a folder cannot know; ``None`` until it is given)."""
     from .model_card import FolderConfig, base_model_id, read_json  # model_card imports this module
 
     folder = Path(model_dir)
@@ -77,7 +78,7 @@ def model_meta_record(model_dir, repo_id: Optional[str] = None, revision: Option
     frameworks = ["PyTorch", "Sentence Transformers"] if (folder / "modules.json").is_file() else ["PyTorch"]
     encoder = config.encoder
     return {
-        "name": repo_id or f"csekit/{folder.resolve().name}",
+        "name": repo_id or name or f"csekit/{folder.resolve().name}",
         "loader": None,  # mteb runs the model through csekit (`csekit evaluate --mteb`), not a loader of its own
         "revision": revision,
         "release_date": release_date or datetime.date.today().isoformat(),
@@ -102,10 +103,11 @@ def model_meta_record(model_dir, repo_id: Optional[str] = None, revision: Option
 
 
 def write_model_meta(model_dir, repo_id: Optional[str] = None, revision: Optional[str] = None,
-                     license: str = "apache-2.0", training_code: Optional[str] = None) -> Path:
+                     license: str = "apache-2.0", training_code: Optional[str] = None,
+                     name: Optional[str] = None) -> Path:
     """Write :func:`model_meta_record` to ``<model_dir>/mteb_model_meta.json`` (atomically); returns its path."""
     path = Path(model_dir) / MODEL_META_FILE
-    write_json(path, model_meta_record(model_dir, repo_id, revision, license, training_code=training_code))
+    write_json(path, model_meta_record(model_dir, repo_id, revision, license, training_code=training_code, name=name))
     return path
 
 
