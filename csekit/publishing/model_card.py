@@ -112,9 +112,11 @@ class FolderConfig:
     def method_fields(self) -> dict:
         """The csekit fields (pooling and method settings), without the nested backbone config and the settings a
         sentence-transformers backbone handed on."""
+        from ..modeling.configuration_encoder import SentenceEncoderConfig  # a config module: no model code
+
         names = []
         for cls in reversed(self.config_class.__mro__):
-            if isinstance(cls, type) and cls.__name__ != "PreTrainedConfig" and hasattr(cls, "validate_pooling"):
+            if isinstance(cls, type) and issubclass(cls, SentenceEncoderConfig):
                 names.extend(name for name in cls.__dict__.get("__annotations__", {}) if name not in names)
         fields = {item.name: item for item in dataclasses.fields(self.config_class)}
         return {name: self.values.get(name, fields[name].default if name in fields else None) for name in names
