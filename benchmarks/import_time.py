@@ -12,8 +12,10 @@ machine slows all of them alike. Reported: median and min-max seconds over the r
 ``python -m csekit --help``, of each sub-command's ``--help`` and each method's ``csekit train METHOD --help``, and of
 ``csekit card`` on a small model (a 2-layer, hidden-32 SimCSE folder with MiniLM's tokenizer; its recorded STS scores
 are placeholders, only the time is measured) with its figure present and with the figure drawn (``--figure always``,
-STS-B train from ``CSEKIT_DATA_DIR``), against ``python -c pass`` run in the same rounds, and ``import torch,
-transformers`` for scale; the table reports each command's median cost over the bare start.
+STS-B train from ``CSEKIT_DATA_DIR``), against ``python -c pass`` run in the same rounds, ``import torch,
+transformers`` for scale, and ``from transformers import PreTrainedModel`` (transformers' model code, which loading
+any model imports: the floor of drawing the figure); the table reports each command's median cost over the bare
+start.
 ``--before`` also times modules of another checkout (e.g. the layout before the ``csekit`` namespace, whose top-level
 ``modeling`` / ``trainers`` import from the checkout folder), interleaved in the same rounds; installed modules are
 imported from a neutral working folder, so a checkout never shadows them.
@@ -51,6 +53,7 @@ def measure(module: str, folder: str) -> dict:
 
 BARE = "python -c pass"
 TORCH = "import torch, transformers"
+MODEL_CODE = "from transformers import PreTrainedModel"
 HELP_COMMANDS = ("--help", "evaluate --help", "extract --help", "card --help", "download --help", "train --help")
 
 
@@ -88,7 +91,8 @@ def small_model_folder(folder: str) -> str:
 def time_commands(rounds: int) -> None:
     from csekit.methods import METHODS
 
-    jobs = {BARE: [sys.executable, "-c", "pass"], TORCH: [sys.executable, "-c", "import torch, transformers"]}
+    jobs = {BARE: [sys.executable, "-c", "pass"], TORCH: [sys.executable, "-c", TORCH],
+            MODEL_CODE: [sys.executable, "-c", MODEL_CODE]}
     jobs.update({f"csekit {command}": [sys.executable, "-m", "csekit", *command.split()] for command in HELP_COMMANDS})
     jobs.update({f"csekit train {name} --help": [sys.executable, "-m", "csekit", "train", name, "--help"]
                  for name in METHODS})

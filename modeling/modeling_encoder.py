@@ -20,7 +20,11 @@ from .packing import (
     use_packed_attention,
 )
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
-from .sentence_transformers_layout import inherited_settings, write_sentence_transformers_layout
+from .sentence_transformers_layout import (
+    inherited_settings,
+    weights_with_dense_head,
+    write_sentence_transformers_layout,
+)
 
 logger = transformers_logging.get_logger(__name__)
 
@@ -180,10 +184,23 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def save_pretrained(self, save_directory, *args, **kwargs) -> None:
         """transformers' save, plus the sentence-transformers files when the tokenizer is known (it is for every
         model csekit trains or loads), so the folder also loads with ``SentenceTransformer(folder)``
-        (:mod:`.sentence_transformers_layout`)."""
+        (:mod:`.sentence_transformers_layout`). The inference head is stored once, in the Dense modules, unless
+        :attr:`saving_checkpoint` is set (the trainer sets it while writing a checkpoint)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if self._tokenizer is not None and kwargs.get("is_main_process", True):
-            write_sentence_transformers_layout(self, save_directory, self._tokenizer)
+            write_sentence_transformers_layout(self, save_directory, self._tokenizer,
+                                               head_in_dense=not self.saving_checkpoint)
+
+    saving_checkpoint = False  # see save_pretrained
+
+    @staticmethod
+    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
+        """transformers' loading, given the head stored in the sentence-transformers Dense modules under the csekit
+        names (:func:`.sentence_transformers_layout.weights_with_dense_head`); other folders load unchanged."""
+        if state_dict is None and checkpoint_files:
+            state_dict = weights_with_dense_head(model, checkpoint_files)
+        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args,
+                                                      **kwargs)
 
     def pool_tokens(
         self,

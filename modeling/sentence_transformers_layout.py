@@ -6,8 +6,9 @@
 Layout (written by ``save_pretrained`` when the model knows its tokenizer)::
 
     config.json, tokenizer files             the csekit model, as transformers saves it
-    model.safetensors.index.json             the csekit weights: encoder.* -> encoder/model.safetensors,
-    model-head.safetensors                   the rest (pooler head, whitening) here
+    model.safetensors.index.json             the csekit weights: encoder.* -> encoder/model.safetensors, the
+                                             inference head -> N_Dense/model.safetensors, the rest -> here:
+    model-head.safetensors                   weights no sentence-transformers module holds (a training-only MLP)
     encoder/                                 sentence-transformers' Transformer module: the backbone's own
         config.json, tokenizer files         config and tokenizer, the same weight file (read with the key
         model.safetensors                    mapping encoder.X -> X), sentence_bert_config.json
@@ -15,8 +16,13 @@ Layout (written by ``save_pretrained`` when the model knows its tokenizer)::
     2_Dense/, 3_Dense/                       the inference head as Linear + activation modules, when it has one
     modules.json, config_sentence_transformers.json
 
-Every weight is stored once: the index of the csekit model points into ``encoder/``, so neither the folder, the Hub
-repository nor the Hugging Face cache holds the backbone twice (the Dense modules copy the head, a few kB to MB).
+Every weight is stored once: the index of the csekit model points into ``encoder/`` and the Dense modules, so neither
+the folder, the Hub repository nor the Hugging Face cache holds the backbone or the head twice. sentence-transformers
+reads a Dense file's ``linear.weight``/``linear.bias`` and nothing else, so those are its keys;
+:func:`weights_with_dense_head` gives transformers' loader the csekit names (``mlp.dense.weight``...), derived from
+the model's :meth:`inference_head_layers` as the writer derives the folders. Training checkpoints keep the head in
+``model-head.safetensors`` too (``head_in_dense=False``): the Trainer resumes with ``load_sharded_checkpoint``,
+which reads keys by name.
 
 A model whose inference is not backbone -> last-layer [CLS] or mean -> Linear/activation chain (the multi-layer
 poolers ``avg_first_last``, ``avg_top2``, ``layers``; WhitenedCSE's whitened representations) gets no
@@ -94,21 +100,65 @@ def _write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n")
 
 
-def _split_weights(folder: Path, prefix: str) -> None:
-    """Rewrite ``model.safetensors`` as ``encoder/model.safetensors`` (``prefix.*``) + ``model-head.safetensors``
-    (the rest) + the index that transformers reads; a sharded save (over ``max_shard_size``) stays as it is."""
+def dense_head_keys(model) -> dict:
+    """``{csekit key: (Dense folder, sentence-transformers key)}`` for the Linear layers of the model's inference
+    head: ``mlp.dense.weight -> ("2_Dense", "linear.weight")``. ``{}`` when the head is the identity or no chain."""
+    names = {id(module): name for name, module in model.named_modules()}
+    keys = {}
+    for index, (linear, _) in enumerate(model.inference_head_layers() or [], start=2):
+        for part in ("weight", "bias"):
+            if getattr(linear, part) is not None:
+                keys[f"{names[id(linear)]}.{part}"] = (f"{index}_Dense", f"linear.{part}")
+    return keys
+
+
+def weights_with_dense_head(model, checkpoint_files) -> Optional[dict]:
+    """The weights of ``checkpoint_files`` (resolved paths from transformers' loader) under the csekit names, the
+    Dense modules' ``linear.*`` renamed to the head's keys (:func:`dense_head_keys`); ``None`` when no file is a
+    Dense module's (a single file, a checkpoint, a folder saved before the head moved), to load as transformers
+    does. Tensors are read lazily (safetensors slices), as transformers itself reads them."""
+    from safetensors import safe_open
+
+    dense = {folder_and_key: key for key, folder_and_key in dense_head_keys(model).items()}
+    files = [Path(path) for path in checkpoint_files]
+    if not any(path.parent.name.endswith("_Dense") for path in files):
+        return None
+    weights = {}
+    for path in files:
+        opened = safe_open(str(path), framework="pt")
+        for key in opened.keys():
+            if path.parent.name.endswith("_Dense"):
+                if (path.parent.name, key) not in dense:
+                    expected = sorted(st_key for folder, st_key in dense if folder == path.parent.name)
+                    raise ValueError(f"{path}: {key} is not a weight of {type(model).__name__}'s inference head "
+                                     f"(expected {', '.join(expected) or 'no Dense module here'}); the folder and its "
+                                     "config disagree")
+                weights[dense[path.parent.name, key]] = opened.get_slice(key)
+            else:
+                weights[key] = opened.get_slice(key)
+    return weights
+
+
+def _split_weights(folder: Path, prefix: str, dense: dict) -> dict:
+    """Rewrite ``model.safetensors`` as ``encoder/model.safetensors`` (``prefix.*``) + the Dense modules (the keys
+    of ``dense``, see :func:`dense_head_keys`) + ``model-head.safetensors`` (the rest) + the index that transformers
+    reads; a sharded save (over ``max_shard_size``) stays as it is. Returns the weights read."""
     weights = load_file(folder / "model.safetensors")
     encoder = {key: value for key, value in weights.items() if key.startswith(prefix + ".")}
-    head = {key: value for key, value in weights.items() if not key.startswith(prefix + ".")}
+    head = {key: value for key, value in weights.items() if not key.startswith(prefix + ".") and key not in dense}
     (folder / ENCODER_FOLDER).mkdir(exist_ok=True)
     _save_weights(encoder, folder / ENCODER_FOLDER / "model.safetensors")
     weight_map = dict.fromkeys(encoder, f"{ENCODER_FOLDER}/model.safetensors")
+    weight_map.update({key: f"{dense[key][0]}/model.safetensors" for key in dense})
     if head:
         _save_weights(head, folder / HEAD_WEIGHTS)
         weight_map.update(dict.fromkeys(head, HEAD_WEIGHTS))
+    elif (folder / HEAD_WEIGHTS).exists():  # (written into a folder that held an older save)
+        os.remove(folder / HEAD_WEIGHTS)
     size = sum(value.numel() * value.element_size() for value in weights.values())
     _write_json(folder / INDEX_FILE, {"metadata": {"total_size": size}, "weight_map": dict(sorted(weight_map.items()))})
     os.remove(folder / "model.safetensors")
+    return weights
 
 
 def _accepts(model_class, argument: str) -> bool:
@@ -117,16 +167,19 @@ def _accepts(model_class, argument: str) -> bool:
     return argument in inspect.signature(model_class.__init__).parameters
 
 
-def write_sentence_transformers_layout(model, folder, tokenizer) -> bool:
+def write_sentence_transformers_layout(model, folder, tokenizer, head_in_dense: bool = True) -> bool:
     """Add the sentence-transformers files to ``folder``, which ``model.save_pretrained`` has just written.
 
-    Returns whether they were written (see :func:`sentence_transformers_layout_problem`).
+    ``head_in_dense``: the inference head is stored in the Dense modules only (a published folder); ``False`` keeps
+    it in ``model-head.safetensors`` as well (a training checkpoint, see the module docstring).
+    Returns whether the files were written (see :func:`sentence_transformers_layout_problem`).
     """
     folder = Path(folder)
     if sentence_transformers_layout_problem(model) or not (folder / "model.safetensors").is_file():
         return False
     prefix = model.base_model_prefix
-    _split_weights(folder, prefix)
+    head_keys = dense_head_keys(model)
+    weights = _split_weights(folder, prefix, head_keys if head_in_dense else {})
     encoder_folder = folder / ENCODER_FOLDER
     model.encoder.config.to_json_file(encoder_folder / "config.json")
     tokenizer.save_pretrained(encoder_folder)
@@ -150,9 +203,8 @@ def write_sentence_transformers_layout(model, folder, tokenizer) -> bool:
         _write_json(folder / path / "config.json", {
             "in_features": linear.in_features, "out_features": linear.out_features, "bias": linear.bias is not None,
             "activation_function": ACTIVATIONS[type(activation)]})
-        state = {"linear.weight": linear.weight.detach().to("cpu", torch.float32).contiguous()}
-        if linear.bias is not None:
-            state["linear.bias"] = linear.bias.detach().to("cpu", torch.float32).contiguous()
+        state = {st_key: weights[key].to(torch.float32).contiguous()  # the values transformers saved
+                 for key, (dense_folder, st_key) in head_keys.items() if dense_folder == path}
         _save_weights(state, folder / path / "model.safetensors")
         modules.append({"idx": index, "name": str(index), "path": path,
                         "type": ST_MODULES["Dense"]})
@@ -168,5 +220,5 @@ def write_sentence_transformers_layout(model, folder, tokenizer) -> bool:
     return True
 
 
-__all__ = ["TOP_LEVEL_FILES", "inherited_settings", "sentence_transformers_layout_problem",
-           "write_sentence_transformers_layout"]
+__all__ = ["TOP_LEVEL_FILES", "dense_head_keys", "inherited_settings", "sentence_transformers_layout_problem",
+           "weights_with_dense_head", "write_sentence_transformers_layout"]

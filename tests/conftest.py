@@ -218,9 +218,11 @@ def fixed_masks(collator):
 
 def load_weights(folder) -> dict:
     """Every tensor of a saved model folder: ``model.safetensors``, or the files its index names (a csekit folder
-    keeps the backbone's in ``encoder/``)."""
+    keeps the backbone's in ``encoder/`` and the inference head's in the sentence-transformers Dense modules, whose
+    one Linear is stored as ``linear.weight``/``linear.bias``)."""
     import json
 
+    from safetensors import safe_open
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -228,8 +230,10 @@ def load_weights(folder) -> dict:
     if not index.is_file():
         return load_file(folder / "model.safetensors")
     weights = {}
-    for name in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-        weights.update(load_file(folder / name))
+    for key, name in json.loads(index.read_text())["weight_map"].items():
+        stored = f"linear.{key.rsplit('.', 1)[1]}" if Path(name).parent.name.endswith("_Dense") else key
+        with safe_open(folder / name, "pt") as opened:
+            weights[key] = opened.get_tensor(stored)
     return weights
 
 

@@ -81,12 +81,16 @@ def step_logs(output_dir: Path) -> dict:
     return {h["step"]: h for h in history(output_dir) if "loss" in h and "train_loss" not in h}
 
 
-def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupted_one(tiny_backbone, corpus, tmp_path):
+@pytest.mark.parametrize("flags", [(), ("--mlp_only_train", "false")], ids=["mlp-in-training", "mlp-at-inference"])
+def test_resumed_run_runs_only_the_remaining_steps_and_ends_like_an_uninterrupted_one(flags, tiny_backbone, corpus,
+                                                                                      tmp_path):
+    """With the MLP used at inference, the published folder stores it in its sentence-transformers Dense module
+    only; a checkpoint keeps it in its weights index too, which is what the Trainer resumes from."""
     full, cut = tmp_path / "full", tmp_path / "cut"
-    uninterrupted = train(tiny_backbone, corpus, full)
-    crashed = train(tiny_backbone, corpus, cut, crash_at=5)
+    uninterrupted = train(tiny_backbone, corpus, full, *flags)
+    crashed = train(tiny_backbone, corpus, cut, *flags, crash_at=5)
     assert crashed.steps == [1, 2, 3, 4, 5] and not (cut / "checkpoint-6").exists()
-    resumed = train(tiny_backbone, corpus, cut, "--resume_from_checkpoint", "last")
+    resumed = train(tiny_backbone, corpus, cut, *flags, "--resume_from_checkpoint", "last")
 
     # the resumed process started from checkpoint-4 and ran steps 5 and 6 only
     assert uninterrupted.start_step == 0 and uninterrupted.steps == list(range(1, STEPS + 1))

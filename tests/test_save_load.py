@@ -5,7 +5,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 from transformers import AutoConfig, AutoModel
+from transformers.trainer_utils import load_sharded_checkpoint
 
 from conftest import run_isolated_python, tiny_bert_config, tiny_roberta_config
 from csekit.modeling import SimCSEConfig, SimCSEModel
@@ -24,17 +26,36 @@ def saved_model(request, tmp_path, tokenizer):
 
 
 def test_saved_folder_is_self_contained(saved_model):
-    _, folder = saved_model
+    model, folder = saved_model
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"] == {"AutoConfig": "configuration_simcse.SimCSEConfig",
                                   "AutoModel": "modeling_simcse.SimCSEModel"}
     for code in ("configuration_simcse.py", "configuration_encoder.py", "modeling_simcse.py", "modeling_encoder.py",
                  "pooling.py", "pooler_types.py", "encoding.py", "packing.py", "sentence_transformers_layout.py"):
         assert (folder / code).is_file(), code
-    # the weights: the backbone's in encoder/ (sentence-transformers reads them there), the head's beside the index
+    # the weights: the backbone's in encoder/, the inference head's in 2_Dense/ (where sentence-transformers reads
+    # them), each stored once
     index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
-    assert set(index.values()) == {"encoder/model.safetensors", "model-head.safetensors"}
-    assert not list(folder.rglob("*.bin"))
+    assert set(index.values()) == {"encoder/model.safetensors", "2_Dense/model.safetensors"}
+    assert not (folder / "model-head.safetensors").exists() and not list(folder.rglob("*.bin"))
+    stored = 0
+    for path in folder.rglob("*.safetensors"):
+        with safe_open(str(path), "pt") as weights:
+            stored += sum(int(np.prod(weights.get_slice(key).get_shape())) for key in weights.keys())
+    assert stored == sum(tensor.numel() for tensor in model.state_dict().values())
+
+
+def test_a_checkpoint_keeps_the_head_in_the_index_the_trainer_resumes_from(saved_model, tmp_path):
+    model, _ = saved_model
+    model.saving_checkpoint = True
+    try:
+        model.save_pretrained(tmp_path / "checkpoint")
+    finally:
+        model.saving_checkpoint = False
+    fresh = SimCSEModel(model.config)
+    load_sharded_checkpoint(fresh, tmp_path / "checkpoint", strict=True)  # the Trainer's resume: keys by name
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], tensor), key
 
 
 def test_config_json_alone_rebuilds_the_architecture(saved_model):

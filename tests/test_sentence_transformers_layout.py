@@ -68,8 +68,9 @@ def loaded(tmp_path_factory, tokenizer) -> dict:
     folders, expected = {}, {}
     for case, (model_class, config_class, options) in CASES.items():
         folders[case] = str(root / case)
-        save_model(root / case, tokenizer, model_class, config_class, options)
+        model = save_model(root / case, tokenizer, model_class, config_class, options)
         expected[case] = AutoModel.from_pretrained(root / case).encode(SENTENCES)  # csekit's path, reloaded
+        np.testing.assert_array_equal(expected[case], model.encode(SENTENCES))  # the head read back exactly
     script = root / "load.py"
     script.write_text(LOAD_ALL)
     result = run_isolated_python(
@@ -92,17 +93,43 @@ def test_saved_folder_loads_in_sentence_transformers_without_csekit_with_equal_v
     np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
 
 
-def test_weights_are_stored_once(tmp_path, tokenizer):
-    """The csekit index points into encoder/model.safetensors: no second copy of the backbone."""
+@pytest.mark.parametrize("mlp_only_train", [False, True])
+def test_weights_are_stored_once(mlp_only_train, tmp_path, tokenizer):
+    """The csekit index points into encoder/model.safetensors and, for an inference head, into the Dense module
+    sentence-transformers reads: no second copy of the backbone or the head. A training-only MLP (no Dense module)
+    stays in model-head.safetensors."""
     folder = tmp_path / "model"
-    model = save_model(folder, tokenizer, SimCSEModel, SimCSEConfig, dict(pooler_type="cls", mlp_only_train=False))
+    model = save_model(folder, tokenizer, SimCSEModel, SimCSEConfig,
+                       dict(pooler_type="cls", mlp_only_train=mlp_only_train))
     assert not (folder / "model.safetensors").exists()
     index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
     assert set(index) == set(model.state_dict())
     with safe_open(folder / "encoder" / "model.safetensors", "pt") as stored:
         assert set(stored.keys()) == {key for key in model.state_dict() if key.startswith("encoder.")}
-    with safe_open(folder / "model-head.safetensors", "pt") as stored:
-        assert set(stored.keys()) == {"mlp.dense.weight", "mlp.dense.bias"}
+    head_file = "model-head.safetensors" if mlp_only_train else "2_Dense/model.safetensors"
+    assert {index["mlp.dense.weight"], index["mlp.dense.bias"]} == {head_file}
+    assert (folder / "model-head.safetensors").exists() == mlp_only_train
+    assert (folder / "2_Dense").exists() != mlp_only_train
+    with safe_open(folder / head_file, "pt") as stored:
+        names = {"mlp.dense.weight", "mlp.dense.bias"} if mlp_only_train else {"linear.weight", "linear.bias"}
+        assert set(stored.keys()) == names
+        head = dict(model.mlp.dense.named_parameters())
+        for name in names:
+            assert torch.equal(stored.get_tensor(name), head[name.rsplit(".", 1)[1]].detach())
+    loaded = AutoModel.from_pretrained(folder)
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+
+
+def test_a_dense_file_that_disagrees_with_the_config_is_refused(tmp_path, tokenizer):
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "model"
+    save_model(folder, tokenizer, SimCSEModel, SimCSEConfig, dict(pooler_type="cls", mlp_only_train=False))
+    weights = load_file(folder / "2_Dense" / "model.safetensors")
+    save_file({"linear.scale": weights["linear.bias"].clone(), **weights}, folder / "2_Dense" / "model.safetensors")
+    with pytest.raises(ValueError, match="linear.scale is not a weight of SimCSEModel's inference head"):
+        AutoModel.from_pretrained(folder)
 
 
 def test_roberta_backbone_loads_in_sentence_transformers(tmp_path, tokenizer):

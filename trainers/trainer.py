@@ -364,7 +364,13 @@ class ContrastiveTrainer(Trainer):
         final save writes its published sentence encoder, while checkpoints (``_internal_call``) keep the whole
         training model."""
         model = self.accelerator.unwrap_model(self.model)
-        if _internal_call or not isinstance(model, SentenceEncoderForTraining):
+        if _internal_call:  # a checkpoint: the head stays in the weights index, which a resume reads by name
+            model.saving_checkpoint = True
+            try:
+                return super().save_model(output_dir, _internal_call)
+            finally:
+                model.saving_checkpoint = False
+        if not isinstance(model, SentenceEncoderForTraining):
             return super().save_model(output_dir, _internal_call)
         output_dir = output_dir or self.args.output_dir
         if self.args.should_save:
