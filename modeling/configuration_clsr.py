@@ -52,6 +52,13 @@ class CLSRConfig(SentenceEncoderConfig):
         if self.encoder_layout not in ENCODER_LAYOUTS:
             raise ValueError(f"encoder_layout must be one of {', '.join(ENCODER_LAYOUTS)}, got {self.encoder_layout!r}")
 
+    fields_without_flags = ("matryoshka_dims", "matryoshka_weights")  # refused (below): no recipe flags
+
+    def validate_matryoshka(self):
+        if self.matryoshka_dims is not None or self.matryoshka_weights is not None:
+            raise ValueError("matryoshka_dims: CLSR does not train Matryoshka sizes (its loss is the paper's on the "
+                             "full representation e); train the sizes with simcse, whitenedcse or cmlm_cse")
+
     def validate_mlp_sizes(self):
         for name in ("mlp_hidden_size", "representation_size"):
             value = getattr(self, name)
@@ -65,3 +72,7 @@ class CLSRConfig(SentenceEncoderConfig):
     @property
     def resolved_representation_size(self) -> int:
         return self.representation_size or self.hidden_size
+
+    @property
+    def embedding_size(self) -> int:
+        return self.resolved_representation_size

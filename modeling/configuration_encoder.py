@@ -34,6 +34,12 @@ class SentenceEncoderConfig(PreTrainedConfig):
             trained from (``normalize``, ``do_lower_case``, ``similarity_fn_name``, ``prompts``,
             ``default_prompt_name``), written again into this model's sentence-transformers files; ``None`` for
             another backbone.
+        matryoshka_dims: Matryoshka Representation Learning (Kusupati et al., 2022): the sizes d < the embedding
+            size at which the method's contrastive term is also applied, to the first d coordinates of the model's
+            sentence vectors (re-normalised by the cosine), and added to the method's own loss; ``None`` (the
+            papers' setting) trains the full size only. Recorded in ``config.json``, so a loader can offer them.
+        matryoshka_weights: the weight of each ``matryoshka_dims`` term (the full-size term weighs 1); ``None``
+            weighs each 1, as MRL does.
     """
 
     model_type = "csekit-encoder"
@@ -47,6 +53,8 @@ class SentenceEncoderConfig(PreTrainedConfig):
     pooling_layers: list[int] | None = None
     max_length: int | None = None
     sentence_transformers_settings: dict | None = None
+    matryoshka_dims: list[int] | None = None
+    matryoshka_weights: list[float] | None = None
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None and not isinstance(self.encoder_config, PreTrainedConfig):
@@ -62,6 +70,31 @@ class SentenceEncoderConfig(PreTrainedConfig):
             for number in value if isinstance(value, list) else (value,):
                 if isinstance(number, float) and not math.isfinite(number):
                     raise ValueError(f"{item.name} must be a finite number, got {number}")
+
+    def validate_matryoshka(self):
+        dims, weights = self.matryoshka_dims, self.matryoshka_weights
+        if dims is None:
+            if weights is not None:
+                raise ValueError("matryoshka_weights needs matryoshka_dims (the sizes they weigh)")
+            return
+        size = self.embedding_size
+        bad = [d for d in dims if isinstance(d, bool) or not isinstance(d, int) or not 0 < d < size]
+        if not dims or bad:
+            raise ValueError(f"matryoshka_dims must be sizes between 1 and {size - 1} (below the embedding size "
+                             f"{size}, whose term is always there), got {dims}")
+        if len(set(dims)) != len(dims):
+            raise ValueError(f"matryoshka_dims lists a size twice: {dims}")
+        if weights is not None:
+            if len(weights) != len(dims):
+                raise ValueError(f"matryoshka_weights has {len(weights)} weights for {len(dims)} matryoshka_dims")
+            if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0
+                       for w in weights):
+                raise ValueError(f"matryoshka_weights must be finite numbers > 0, got {weights}")
+
+    @property
+    def embedding_size(self) -> int:
+        """The size of the vectors the model returns (a method whose head changes it overrides this)."""
+        return self.hidden_size
 
     def validate_pooling(self):
         resolve_pooling_layers(self.pooler_type, self.pooling_layers, self.encoder_config.num_hidden_layers)

@@ -176,6 +176,18 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         that overrides :meth:`head` overrides this too."""
         return [] if type(self).head is SentenceEncoderPreTrainedModel.head else None
 
+    def sentence_vectors(self, outputs: SentenceEmbeddingOutput) -> Optional[torch.Tensor]:
+        """The vectors :meth:`encode` returns, from a training forward's ``outputs`` with their graph and the views
+        of ``outputs.embeddings``: the pooled vectors through :meth:`inference_head_layers` (what the Matryoshka
+        terms truncate). ``None`` when the inference head is not such a chain."""
+        layers = self.inference_head_layers()
+        if layers is None:
+            return None
+        vectors = outputs.pooled
+        for linear, activation in layers:
+            vectors = activation(linear(vectors))
+        return vectors
+
     def after_optimizer_step(self) -> None:
         """Called by the trainer once per optimizer step, after the update and before the gradients are cleared:
         the place for state that follows the weights (a momentum encoder, a moving average, a queue). Nothing by
@@ -406,15 +418,24 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         normalize: bool = False,
         convert_to_numpy: bool = True,
         show_progress_bar: Optional[bool] = None,
+        truncate_dim: Optional[int] = None,
     ):
         """Sentence embeddings for a list of texts, in inference mode (no dropout, no training-only head).
 
         Returns ``(len(sentences), hidden)`` as a numpy array (or a CPU float32 tensor with
-        ``convert_to_numpy=False``); ``normalize`` scales each row to unit length.
+        ``convert_to_numpy=False``); ``truncate_dim`` keeps the first ``d`` coordinates (a Matryoshka size,
+        ``config.matryoshka_dims``), as sentence-transformers' ``truncate_dim`` does; ``normalize`` then scales each
+        row to unit length.
         """
         vectors = self.encode_with(
             lambda batch: self(**batch).embeddings, sentences, batch_size, max_length, show_progress_bar
         )
+        if truncate_dim is not None:
+            if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or \
+                    not 0 < truncate_dim <= vectors.shape[-1]:
+                raise ValueError(f"truncate_dim must be a size between 1 and {vectors.shape[-1]} (the vectors' "
+                                 f"size), got {truncate_dim!r}")
+            vectors = vectors[:, :truncate_dim].contiguous()
         if normalize:
             vectors = nn.functional.normalize(vectors, dim=-1)
         return vectors.numpy() if convert_to_numpy else vectors

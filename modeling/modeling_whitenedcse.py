@@ -105,6 +105,14 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
         embeddings = self.mlp(self.whitening(draws))  # (1 + num_positives, batch, hidden)
         return SentenceEmbeddingOutput(embeddings=embeddings.transpose(0, 1), pooled=pooled)
 
+    def sentence_vectors(self, outputs: SentenceEmbeddingOutput) -> Optional[torch.Tensor]:
+        """The inference vectors of the training views, laid out as ``embeddings`` (with ``sgw``, view 1 repeated
+        for each of the ``num_positives`` positives whitening draws from it)."""
+        vectors = super().sentence_vectors(outputs)
+        if vectors is not None and self.config.positive_source == "sgw":
+            vectors = torch.cat([vectors[:, :1], vectors[:, 1:2].expand(-1, self.config.num_positives, -1)], dim=1)
+        return vectors
+
     def chunk_forward(self, **inputs) -> SentenceEmbeddingOutput:
         """In training, the backbone features only: the whitening needs the whole batch (:meth:`merge_chunks`)."""
         if not self.training:

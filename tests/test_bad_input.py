@@ -61,6 +61,9 @@ ROWS = [
     Row("csekit train simcse --max_seq_length 0", "length ≤ 0",
         "csekit train simcse: error: argument --max_seq_length: must be an integer >= 1, got '0' "
         "(see csekit train simcse --help)"),
+    Row("csekit train simcse --matryoshka_dims 32", "Matryoshka size not below the embedding size",
+        E + "invalid model configuration: matryoshka_dims must be sizes between 1 and 31 (below the embedding size 32, "
+        "whose term is always there), got [32]"),
     Row("csekit train simcse --per_device_train_batch_size 0", "batch size ≤ 0", "csekit train simcse: error: "
         "argument --per_device_train_batch_size: must be an integer >= 1, got '0' (see csekit train simcse --help)"),
     Row("csekit train simcse --mini_batch_size 0", "mini-batch ≤ 0", "csekit train simcse: error: "
@@ -112,6 +115,11 @@ ROWS = [
         "be an integer >= 1, got '0' (see csekit evaluate --help)"),
     Row("csekit evaluate tiny --pooler mean", "unknown pooler",
         E + "unknown pooler 'mean'; choose one of cls, cls_before_pooler, avg, avg_first_last, avg_top2, layers"),
+    Row("csekit evaluate tiny --truncate-dim 33", "size over the model's vector size",
+        E + "--truncate-dim 33: tiny returns 32-dimensional vectors"),
+    Row("csekit evaluate tiny --backend onnx", "not an ONNX export",
+        E + "tiny: not an ONNX export (needs model.onnx and onnx_export.json; write one with `csekit export-onnx MODEL "
+        "OUT`)"),
     Row("csekit evaluate tiny --mteb STS12", "MTEB task whose data is not cached, offline",
         E + "--mteb STS12: its data (mteb/sts12-sts) cannot be read: …; the task data comes from the Hub through the "
         "Hugging Face datasets cache: run once online, then HF_HUB_OFFLINE=1 works"),
@@ -166,6 +174,9 @@ ROWS = [
     Row("csekit export-st weights-only st", "model folder with weights, no `config.json`", E + NO_CONFIG),
     Row("csekit export-st truncated st", "truncated `model.safetensors`", E + TRUNCATED),
     Row("csekit export-st bert st", "not a csekit model", E + "bert: not a csekit model (model_type 'bert')"),
+    Row("csekit export-onnx bert onnx", "no sentence-transformers modules",
+        E + "bert: no sentence-transformers modules (modules.json): its pooling is not recorded; export-onnx exports a "
+        "folder SentenceTransformer loads as it is"),
     Row("csekit export-st tiny not-csekit", "existing output folder",
         E + "not-csekit already exists (pass --overwrite to replace it)"),
     Row("csekit export-st tiny st --layout fancy", "unknown choice",

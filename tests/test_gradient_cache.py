@@ -146,6 +146,22 @@ def test_a_cached_step_has_the_uncached_steps_loss_and_gradients(method, columns
                                atol=0)
 
 
+@pytest.mark.parametrize("method", [case.values[0] for case in cases() if not case.values[1]],
+                         ids=lambda method: method.name)
+def test_a_cached_step_with_matryoshka_terms_has_the_uncached_steps_loss_and_gradients(method, backbones, sentences,
+                                                                                       tmp_path):
+    """The Matryoshka terms read the pooled vectors (``sentence_vectors``), a second output of each chunk: its
+    cached gradient must reach the encoder too."""
+    steps = {}
+    for name, extra in (("uncached", ()), ("cached", ("--mini_batch_size", str(CHUNK)))):
+        trainer = in_model_dtype(build(method, backbones[0.0], tmp_path / name, "--matryoshka_dims", "16", "8",
+                                       *extra, dtype=torch.float64))
+        batch = trainer.data_collator(examples(method, sentences, ()))
+        steps[name] = step(trainer, batch)
+    tolerance = 1e-9 if method.processes == "global" else 1e-5
+    assert_same_step(steps["uncached"], steps["cached"], rtol=tolerance, atol=tolerance)
+
+
 @pytest.mark.parametrize("layout", ["padded", "packed"])
 @pytest.mark.parametrize("method, columns, options", cases(every_draw=True))
 def test_with_dropout_a_cached_step_equals_the_full_graph_step_with_the_same_random_states(

@@ -260,7 +260,7 @@ def test_evaluate_cli_clustering_json(tmp_path, monkeypatch, data_dir):
     """`csekit evaluate --tasks clustering` writes the suite object into the JSON record (tiny subsample)."""
     import csekit.evaluation.encoders as encoders
 
-    def fake_loader(name, pooler, max_length, batch_size, device):
+    def fake_loader(name, pooler, max_length, batch_size, device, truncate_dim=None, backend="torch"):
         def embed(texts):
             return np.asarray([[len(t), t.count(" ")] for t in texts], dtype=float)
 

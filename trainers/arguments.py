@@ -52,9 +52,11 @@ def docstring_arguments(cls) -> dict:
 
 def config_fields(config_class) -> list:
     """The method settings of a csekit config class: its dataclass fields below ``PreTrainedConfig``, without the
-    nested backbone config (the recipe loads the backbone from ``--model_name_or_path``)."""
+    nested backbone config (the recipe loads the backbone from ``--model_name_or_path``) and the fields the class
+    lists in ``fields_without_flags`` (settings its method refuses)."""
     inherited = {f.name for f in dataclasses.fields(PreTrainedConfig)}
-    return [f for f in dataclasses.fields(config_class) if f.name not in inherited and f.name not in NOT_FLAGS]
+    excluded = (*NOT_FLAGS, *getattr(config_class, "fields_without_flags", ()))
+    return [f for f in dataclasses.fields(config_class) if f.name not in inherited and f.name not in excluded]
 
 
 # config fields that are not method flags: the backbone's config (from --model_name_or_path) and the inference

@@ -153,6 +153,21 @@ def describe_batch(record: dict) -> str:
             f"{' less masked duplicates' if record['duplicate_negatives'] == 'mask' else ''}")
 
 
+def encoded_once(embed: Callable[[list], object]) -> Callable[[list], object]:
+    """``embed`` that encodes a list of sentences once and returns the same vectors when asked for it again (the STS
+    test sentences, scored at each Matryoshka size)."""
+    last = {}
+
+    def encode(sentences: list):
+        key = tuple(sentences)
+        if key not in last:
+            last.clear()
+            last[key] = embed(sentences)
+        return last[key]
+
+    return encode
+
+
 def base_model_scores(name_or_path: str, test: STSEvaluator) -> dict:
     """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, as ``csekit evaluate``
     scores it (a sentence-transformers folder with its own pooling, a csekit folder with its pooler, a bare encoder
@@ -231,6 +246,10 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                         "gradient_caching capability)")
     model = recipe.build_model(model_path, model_args)
     model.tokenizer = tokenizer
+    if model.config.matryoshka_dims and model.inference_head_layers() is None:
+        raise DataError(f"--matryoshka_dims: {type(model).__name__}'s inference vectors (this config's) are not a "
+                        "Linear chain over the pooler, so their first coordinates cannot be trained as they are used; "
+                        "choose an inference representation without whitening")
     if training_args.torch_compile and data_args.padding_free:
         logger.info("padding-free training is off, batches are padded: --torch_compile would recompile the packed "
                     "attention for every batch layout")
@@ -264,12 +283,17 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                              **({"resume": {"checkpoint": resume, "accepted_changes": accepted}} if accepted else {}))
             results = record = table = None
             if test is not None:
-                scores = test.evaluate(lambda sentences: model.eval().encode(sentences, batch_size=128))
+                encode = encoded_once(lambda sentences: model.eval().encode(sentences, batch_size=128))
+                scores = test.evaluate(encode)
                 results = scores[test.aggregation]
                 base = base_model_scores(model_args.model_name_or_path, test)
                 record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results,
                           "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
                           "training_curve": training_curve(trainer.state.log_history), "batch": batch, **base}
+                if model.config.matryoshka_dims:  # the same vectors' first d coordinates, at every trained size
+                    record["matryoshka_sts"] = {
+                        str(size): test.evaluate(lambda sentences, size=size: encode(sentences)[:, :size])[
+                            test.aggregation] for size in sorted(model.config.matryoshka_dims, reverse=True)}
                 table = format_sts_table({training_args.output_dir: results,
                                           f"{model_args.model_name_or_path} (base)": base["base_sts"]},
                                          title="STS test (Spearman x100)")

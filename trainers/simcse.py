@@ -11,19 +11,23 @@ class SimCSETrainer(ContrastiveTrainer):
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config
-        embeddings = outputs.embeddings  # (batch, views, hidden)
-        hard_negatives = embeddings.shape[1] > 2
-        contrastive = info_nce_loss(
-            embeddings[:, 0],
-            embeddings[:, 1],
-            hard_negatives=embeddings[:, 2] if hard_negatives else None,
-            temperature=config.temperature,
-            hard_negative_weight=config.hard_negative_weight,
-            rank=self.accelerator.process_index,
-            world_size=self.accelerator.num_processes,
-            candidate_mask=self.duplicate_mask(inputs, hard_negatives),
-        )
-        return {"loss": contrastive, "contrastive": contrastive}
+        hard_negatives = outputs.embeddings.shape[1] > 2
+        candidate_mask = self.duplicate_mask(inputs, hard_negatives)
+
+        def term(embeddings):  # (batch, views, size)
+            return info_nce_loss(
+                embeddings[:, 0],
+                embeddings[:, 1],
+                hard_negatives=embeddings[:, 2] if hard_negatives else None,
+                temperature=config.temperature,
+                hard_negative_weight=config.hard_negative_weight,
+                rank=self.accelerator.process_index,
+                world_size=self.accelerator.num_processes,
+                candidate_mask=candidate_mask,
+            )
+
+        contrastive, sizes = self.with_matryoshka(model, outputs, term, term(outputs.embeddings))
+        return {"loss": contrastive, "contrastive": contrastive, **sizes}
 
     @classmethod
     def negatives_per_anchor(cls, examples_per_step: int, columns: tuple) -> int:

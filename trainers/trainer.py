@@ -7,7 +7,7 @@ import os
 import shutil
 from collections import defaultdict
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from accelerate.utils import DistributedType
@@ -196,6 +196,32 @@ class ContrastiveTrainer(Trainer):
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         raise NotImplementedError
+
+    def with_matryoshka(self, model, outputs, term: Callable[[torch.Tensor], torch.Tensor],
+                        contrastive: torch.Tensor) -> tuple:
+        r"""The method's contrastive term plus its Matryoshka terms (Kusupati et al., 2022; off unless the config has
+        ``matryoshka_dims``):
+
+        .. math:: L_c^{MRL} = L_c(z) + \sum_k w_k\, L_c(v_{1:d_k})
+
+        ``L_c`` is the method's contrastive term (``term``, a function of ``(batch, views, size)`` vectors),
+        ``contrastive`` its value on the training embeddings ``z``, ``v`` the vectors ``encode`` returns
+        (:meth:`~csekit.modeling.SentenceEncoderPreTrainedModel.sentence_vectors`), ``v_{1:d}`` their first ``d``
+        coordinates (the cosine re-normalises them), ``w_k`` ``matryoshka_weights`` (1 each by default). Where the
+        head is used at inference (supervised SimCSE) ``v = z`` and this is MRL's loss as sentence-transformers'
+        ``MatryoshkaLoss`` computes it; where the head is training-only (unsupervised SimCSE, WhitenedCSE's pooled
+        inference) the sizes are trained on the vectors users truncate, not on the head's. Returns ``(total,
+        {"matryoshka_<d>": L_c(v_{1:d}), ...})``."""
+        config = self.accelerator.unwrap_model(model).config
+        if not config.matryoshka_dims:
+            return contrastive, {}
+        vectors = self.accelerator.unwrap_model(model).sentence_vectors(outputs)
+        if vectors is None:  # (refused before training: trainers/runner.py)
+            raise DataError("--matryoshka_dims: the model's inference vectors are not a Linear chain over the pooler")
+        weights = config.matryoshka_weights or [1.0] * len(config.matryoshka_dims)
+        terms = {f"matryoshka_{size}": term(vectors[..., :size]) for size in config.matryoshka_dims}
+        total = contrastive + sum(weight * value for weight, value in zip(weights, terms.values()))
+        return total, terms
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**model_inputs(inputs))

@@ -48,17 +48,25 @@ class WhitenedCSETrainer(ContrastiveTrainer):
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config
-        embeddings = outputs.embeddings  # (batch, 1 + m, hidden)
-        terms = multi_positive_info_nce_terms(
-            embeddings[:, 0],
-            embeddings[:, 1:],
-            temperature=config.temperature,
-            rank=self.accelerator.process_index,
-            world_size=self.accelerator.num_processes,
-            candidate_mask=self.duplicate_mask(inputs),
-        )
-        total = MULTI_POSITIVE_LOSSES[config.loss_type](terms, config.positive_weights)
-        losses = {"loss": total, "contrastive": total}
-        for index, term in enumerate(terms.mean(dim=0), start=1):
-            losses[f"positive_{index}"] = term
+        candidate_mask = self.duplicate_mask(inputs)
+
+        def positive_terms(embeddings):  # (batch, 1 + m, size) -> (batch, m)
+            return multi_positive_info_nce_terms(
+                embeddings[:, 0],
+                embeddings[:, 1:],
+                temperature=config.temperature,
+                rank=self.accelerator.process_index,
+                world_size=self.accelerator.num_processes,
+                candidate_mask=candidate_mask,
+            )
+
+        def term(embeddings):
+            return MULTI_POSITIVE_LOSSES[config.loss_type](positive_terms(embeddings), config.positive_weights)
+
+        terms = positive_terms(outputs.embeddings)
+        contrastive = MULTI_POSITIVE_LOSSES[config.loss_type](terms, config.positive_weights)
+        total, sizes = self.with_matryoshka(model, outputs, term, contrastive)
+        losses = {"loss": total, "contrastive": total, **sizes}
+        for index, value in enumerate(terms.mean(dim=0), start=1):
+            losses[f"positive_{index}"] = value
         return losses

@@ -12,7 +12,7 @@ from ..atomic import write_json
 from ..data import resolve_data_dir
 from ..errors import DataError
 from ..modeling.pooler_types import POOLER_TYPES
-from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options
+from ..options import add_data_dir, add_device, add_encoding, add_output, add_suite_options, positive_int
 from ..preflight import check_output_file
 from .protocol import protocol_record
 from .sts import AGGREGATIONS, STS_TASKS, STSEvaluator, format_sts_table
@@ -46,6 +46,12 @@ def add_evaluate_parser(subparsers) -> None:
         "evaluation.py).",
     )
     add_encoding(parser, batch_size=128)
+    parser.add_argument("--backend", choices=("torch", "onnx"), default="torch",
+                        help="onnx: MODEL is a folder written by `csekit export-onnx`, scored through onnxruntime "
+                        "as it is served (pip install 'csekit[onnx]').")
+    parser.add_argument("--truncate-dim", type=positive_int, default=None, metavar="D",
+                        help="Score the first D coordinates of every vector (a Matryoshka size, see the model's "
+                        "matryoshka_dims); default: all of them.")
     add_device(parser)
     add_data_dir(parser)
     add_output(parser, "the results")
@@ -127,7 +133,8 @@ def run_evaluate(args) -> int:
     data_dir = resolve_data_dir(args.data_dir) if suites else None
     evaluator = (STSEvaluator(data_dir, STS_TASKS, split="test", aggregation=args.sts_aggregation)
                  if "sts" in suites else None)
-    embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size, args.device)
+    embed, info = load_embedder(args.model, args.pooler, args.max_length, args.batch_size, args.device,
+                                args.truncate_dim, args.backend)
     record = dict(info)
     protocol = protocol_record(info.get("pooler"), evaluator)
     if evaluator is not None:

@@ -70,12 +70,35 @@ def finite_embeddings(name: str, vectors):
 
 def load_embedder(
     name_or_path: str, pooler: Optional[str] = None, max_length: Optional[int] = None, batch_size: int = 128,
-    device: Optional[str] = None,
+    device: Optional[str] = None, truncate_dim: Optional[int] = None, backend: str = "torch",
 ):
     """``(embed, info)``: ``embed(sentences) -> (n, d) numpy`` and a dict describing model and pooler.
 
     ``device``: where the model runs (see :func:`resolve_device`; default a GPU when there is one).
+    ``truncate_dim``: score the first ``d`` coordinates of every vector (a Matryoshka size); checked against the
+    model's vector size before anything is encoded. ``backend="onnx"``: ``name_or_path`` is a folder written by
+    ``csekit export-onnx``, run through onnxruntime on CPU (its graph holds the pooling: ``pooler`` is refused).
     """
+    if backend == "onnx":
+        if pooler is not None:
+            raise DataError("--pooler: an ONNX export's pooling is inside its graph")
+        from ..publishing.onnx_export import load_onnx_embedder
+
+        embed, info = load_onnx_embedder(name_or_path, batch_size, max_length)
+    elif backend == "torch":
+        embed, info = _load_embedder(name_or_path, pooler, max_length, batch_size, device)
+    else:
+        raise DataError(f"unknown backend {backend!r}; choose torch or onnx")
+    if truncate_dim is None:
+        return embed, info
+    if truncate_dim > info["dimension"]:
+        raise DataError(f"--truncate-dim {truncate_dim}: {name_or_path} returns {info['dimension']}-dimensional "
+                        "vectors")
+    return (lambda sentences: embed(sentences)[:, :truncate_dim]), {**info, "truncate_dim": truncate_dim}
+
+
+def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optional[int], batch_size: int,
+                   device: Optional[str]):
     device = resolve_device(device)
     if pooler is not None and pooler not in POOLER_TYPES:
         raise DataError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
@@ -91,7 +114,7 @@ def load_embedder(
         model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32, **overrides)
         model = model.to(device).eval()
         model.tokenizer = tokenizer
-        info = {"model": name_or_path, "pooler": model.config.pooler_type}
+        info = {"model": name_or_path, "pooler": model.config.pooler_type, "dimension": model.config.embedding_size}
 
         def embed(sentences):
             return finite_embeddings(name_or_path, model.encode(sentences, batch_size=batch_size,
@@ -109,7 +132,7 @@ def load_embedder(
         vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length, device)
         return finite_embeddings(name_or_path, vectors.numpy())
 
-    return embed, {"model": name_or_path, "pooler": pooler}
+    return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size}
 
 
 __all__ = ["HFSentenceEncoder", "finite_embeddings", "load_embedder", "sentence_transformers_defaults"]

@@ -4,10 +4,11 @@
                 [--data-dir DIR]
     csekit push MODEL_DIR ORG/NAME [--private] [--keep-card] [--dry-run]
     csekit export-st MODEL OUT_DIR [--layout auto|plain|remote-code] [--overwrite]
+    csekit export-onnx MODEL OUT [--quantize int8] [--opset N] [--overwrite]
 """
 
 from ..errors import DataError
-from ..options import add_data_dir
+from ..options import add_data_dir, positive_int
 
 
 def add_card_parser(subparsers) -> None:
@@ -96,6 +97,41 @@ def add_export_st_parser(subparsers) -> None:
                         help="auto: plain when possible, else remote-code.")
     parser.add_argument("--overwrite", action="store_true", help="Replace OUT_DIR if it exists.")
     parser.set_defaults(handler=run_export_st)
+
+
+def add_export_onnx_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export-onnx",
+        help="Write one ONNX graph from token ids to the sentence vector (pooling and normalisation inside).",
+        description="Export MODEL (any folder or Hub id that SentenceTransformer loads, csekit's included) as "
+        "OUT/model.onnx: input_ids and attention_mask in, the pooled (and, when the model normalises, normalised) "
+        "sentence vector out, with the tokenizer beside it. The export compares the graph's vectors of probe "
+        "sentences with SentenceTransformer.encode and writes nothing unless a float32 graph agrees to 1e-5. "
+        "Score it with `csekit evaluate OUT --backend onnx`.",
+    )
+    parser.add_argument("model", metavar="MODEL", help="A folder or Hub id with sentence-transformers modules.")
+    parser.add_argument("out_dir", metavar="OUT", help="Folder to create.")
+    parser.add_argument("--quantize", choices=("int8",), default=None,
+                        help="int8: onnxruntime's dynamic quantisation (int8 weights, activations quantised per "
+                        "batch); the vectors change, the export records by how much.")
+    parser.add_argument("--opset", type=positive_int, default=18, help="ONNX opset of the graph.")
+    parser.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists.")
+    parser.set_defaults(handler=run_export_onnx)
+
+
+def run_export_onnx(args) -> int:
+    for module, extra in (("sentence_transformers", "st"), ("onnxruntime", "onnx"), ("onnxscript", "onnx")):
+        try:
+            __import__(module)
+        except ImportError:
+            raise DataError(f"export-onnx needs {module}: pip install 'csekit[{extra}]'") from None
+    from .onnx_export import export_onnx
+
+    record = export_onnx(args.model, args.out_dir, args.quantize, args.opset, args.overwrite)
+    print(f"wrote {record['out_dir']} ({record['dimension']}-d vectors{', int8 weights' if args.quantize else ''}, "
+          f"max |difference| from SentenceTransformer.encode {record['check']['max_abs_difference']:.1e}); score it "
+          f"with `csekit evaluate {record['out_dir']} --backend onnx`")
+    return 0
 
 
 def run_export_st(args) -> int:

@@ -26,7 +26,7 @@ from ..methods import method_of_model_type
 from ..options import FLAG_NAMES
 from ..preflight import check_output_file, load_tokenizer
 from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES
-from .mteb_meta import write_model_meta
+from .mteb_meta import embedding_dimension, write_model_meta
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
 GENERIC_TEMPLATE = "generic.md"
@@ -257,6 +257,8 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         sts_aggregations=record.get("sts_aggregations"),
         sts_protocol=record.get("protocol", {}).get("sts"),
         mteb=record.get("mteb"),
+        matryoshka_sts=record.get("matryoshka_sts"),
+        embedding_size=embedding_dimension(folder, config),
         comparison=comparison.read_text().strip() if comparison.is_file() else None,
     )
     return ModelCard(content)

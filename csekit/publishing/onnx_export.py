@@ -1,0 +1,199 @@
+"""``csekit export-onnx MODEL OUT``: one ONNX graph from token ids and attention mask to the sentence vector.
+
+The graph is the folder's whole sentence-transformers pipeline (backbone, pooling, the Dense head, Normalize when the
+model normalises), traced by ``torch.onnx.export`` (its ``dynamo`` exporter, with a dynamic batch and sequence
+length), so an ONNX runtime needs no pooling code of its own. Layout of ``OUT``::
+
+    model.onnx           input_ids, attention_mask (int64, batch x sequence) -> sentence_embedding (batch x d)
+    tokenizer files      the model's tokenizer (truncate at ``max_length`` below)
+    onnx_export.json     source, dimension, max_length, normalize, quantize, opset, the export's check
+
+``--quantize int8`` stores the weights of the linear layers as int8 (onnxruntime's dynamic quantisation: the
+activations are quantised per batch at run time). The export encodes probe sentences with the exported graph and
+with sentence-transformers: a float32 graph that differs by more than ``TOLERANCE`` is refused and nothing is
+written; an int8 graph's difference is recorded (quantisation changes the vectors by design). ``csekit evaluate
+OUT --backend onnx`` scores the exported folder as it is served.
+"""
+
+import contextlib
+import json
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..atomic import staged_folder, write_json
+from ..errors import DataError
+from ..loading import resolve_model_path
+from ..preflight import check_output_dir, read_model_config
+from .st_export import PROBE_SENTENCES
+
+GRAPH_FILE = "model.onnx"
+EXPORT_RECORD = "onnx_export.json"
+QUANTIZATIONS = ("int8",)
+OPSET = 18
+TOLERANCE = 1e-5
+INPUTS = ("input_ids", "attention_mask")
+
+
+def sentence_vector_module(model):
+    """A ``torch.nn.Module`` ``(input_ids, attention_mask) -> sentence vectors`` running ``model`` (a
+    ``SentenceTransformer``) exactly as its ``encode`` does, less tokenisation and batching."""
+    import torch
+
+    class SentenceVectors(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+
+    return SentenceVectors().eval()
+
+
+def load_sentence_transformer(model: str):
+    """The folder (or Hub id) as a ``SentenceTransformer`` on CPU in float32; refused in one line when it has no
+    sentence-transformers modules (its pooling is not recorded, so a graph would have to guess it)."""
+    from sentence_transformers import SentenceTransformer
+
+    path = Path(resolve_model_path(model))
+    if not (path / "modules.json").is_file():
+        reason = ("its inference (a multi-layer pooler or whitening) is not sentence-transformers modules"
+                  if str(read_model_config(path).get("model_type", "")).startswith("csekit-")
+                  else "its pooling is not recorded")
+        raise DataError(f"{model}: no sentence-transformers modules (modules.json): {reason}; export-onnx exports "
+                        "a folder SentenceTransformer loads as it is")
+    return SentenceTransformer(str(path), device="cpu", local_files_only=True).float().eval()
+
+
+def onnx_vectors(session, tokenizer, sentences: list, max_length: Optional[int], batch_size: int = 64) -> np.ndarray:
+    """``(len(sentences), d)`` float32 vectors from an onnxruntime ``session`` of an exported graph, in batches
+    sorted by length (padding changes nothing: the graph masks it), in the input order."""
+    order = np.argsort([-len(sentence) for sentence in sentences], kind="stable")
+    vectors = [None] * len(sentences)
+    for start in range(0, len(sentences), batch_size):
+        rows = order[start:start + batch_size]
+        tokens = tokenizer([sentences[row] for row in rows], padding=True, truncation=max_length is not None,
+                           max_length=max_length, return_tensors="np")
+        feed = {name: tokens[name].astype(np.int64) for name in INPUTS}
+        for row, vector in zip(rows, session.run(None, feed)[0]):
+            vectors[row] = vector
+    return np.asarray(vectors, dtype=np.float32).reshape(len(sentences), -1)
+
+
+@contextlib.contextmanager
+def quiet_exporter():
+    """torch.onnx's exporter logs its internals (registrations it skips, shape renames) as warnings; they say
+    nothing about the user's model, whose graph is checked after the export instead."""
+    import logging
+
+    # (onnxruntime's quantiser advises, on the root logger, a shape-inference pre-pass that fails on these graphs)
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"torch\.(onnx|export|_export|fx)")
+        warnings.filterwarnings("ignore", module="onnxscript")
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
+def inference_session(path: Path):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # onnxruntime's own warnings about unused initialisers are not the user's
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def export_onnx(model: str, out_dir, quantize: Optional[str] = None, opset: int = OPSET,
+                overwrite: bool = False) -> dict:
+    """Write ``out_dir`` (see the module docstring); returns its ``onnx_export.json`` record."""
+    import torch
+
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise DataError(f"--quantize {quantize}: choose one of {', '.join(QUANTIZATIONS)}")
+    out_dir = check_output_dir(out_dir, "OUT", inputs=[model, resolve_model_path(str(model))])
+    if out_dir.exists() and not overwrite:
+        raise DataError(f"{out_dir} already exists (pass --overwrite to replace it)")
+    st = load_sentence_transformer(str(model))
+    max_length = st.max_seq_length
+    probe = list(PROBE_SENTENCES)
+    expected = st.encode(probe, convert_to_numpy=True, batch_size=len(probe))
+    tokens = st.tokenizer(probe[:2], padding=True, return_tensors="pt")
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with tempfile.TemporaryDirectory() as work, staged_folder(out_dir, replace=overwrite) as staged:
+        graph = Path(work) / GRAPH_FILE
+        with torch.no_grad(), quiet_exporter():
+            program = torch.onnx.export(
+                sentence_vector_module(st), (tokens["input_ids"], tokens["attention_mask"]), dynamo=True,
+                input_names=list(INPUTS), output_names=["sentence_embedding"], opset_version=opset,
+                dynamic_shapes=({0: batch, 1: sequence}, {0: batch, 1: sequence}), verbose=False)
+        program.save(str(graph))
+        if quantize == "int8":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            with quiet_exporter():
+                quantize_dynamic(str(graph), str(staged / GRAPH_FILE), weight_type=QuantType.QInt8)
+        else:
+            graph.replace(staged / GRAPH_FILE)
+        st.tokenizer.save_pretrained(str(staged))
+        actual = onnx_vectors(inference_session(staged / GRAPH_FILE), st.tokenizer, probe, max_length)
+        if actual.shape != expected.shape:
+            raise DataError(f"export check failed: the ONNX graph returns {actual.shape[1:]} vectors, "
+                            f"SentenceTransformer.encode {expected.shape[1:]}; nothing was written")
+        difference = float(np.abs(actual - expected).max())
+        cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
+        if quantize is None and not difference <= TOLERANCE:
+            raise DataError(f"export check failed: the ONNX graph's vectors differ from SentenceTransformer.encode "
+                            f"by {difference:.2e} (> {TOLERANCE:g}); nothing was written")
+        normalize = any(type(module).__name__ == "Normalize" for module in st)
+        record = {"source": str(model), "dimension": int(expected.shape[1]), "max_length": max_length,
+                  "normalize": normalize, "quantize": quantize, "opset": opset, "inputs": list(INPUTS),
+                  "output": "sentence_embedding", "check": {"sentences": len(probe), "max_abs_difference": difference,
+                            "min_cosine": round(float(cosine.min()), 6)}}
+        write_json(staged / EXPORT_RECORD, record)
+    return {**record, "out_dir": str(out_dir)}
+
+
+def read_export_record(folder) -> dict:
+    """``onnx_export.json`` of an exported folder, or one line naming what is missing."""
+    folder = Path(folder)
+    record, graph = folder / EXPORT_RECORD, folder / GRAPH_FILE
+    if not graph.is_file() or not record.is_file():
+        raise DataError(f"{folder}: not an ONNX export (needs {GRAPH_FILE} and {EXPORT_RECORD}; write one with "
+                        "`csekit export-onnx MODEL OUT`)")
+    try:
+        return json.loads(record.read_text())
+    except ValueError as error:
+        raise DataError(f"{record}: not JSON ({error})") from None
+
+
+def load_onnx_embedder(folder, batch_size: int = 64, max_length: Optional[int] = None):
+    """``(embed, info)`` for ``csekit evaluate --backend onnx``: ``embed(sentences) -> (n, d)`` from the exported
+    graph through onnxruntime, truncating at the export's ``max_length`` (or ``max_length``)."""
+    from transformers import AutoTokenizer
+
+    record = read_export_record(folder)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    session = inference_session(Path(folder) / GRAPH_FILE)
+    length = max_length or record.get("max_length")
+
+    def embed(sentences):
+        return onnx_vectors(session, tokenizer, list(sentences), length, batch_size)
+
+    info = {"model": str(folder), "pooler": "onnx graph", "backend": "onnx", "dimension": record["dimension"],
+            "quantize": record.get("quantize")}
+    return embed, info
+
+
+__all__ = ["EXPORT_RECORD", "GRAPH_FILE", "QUANTIZATIONS", "export_onnx", "load_onnx_embedder", "onnx_vectors",
+           "read_export_record", "sentence_vector_module"]

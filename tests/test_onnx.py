@@ -1,0 +1,106 @@
+"""``csekit export-onnx``: one graph from token ids and mask to the pooled, headed (and normalised) sentence vector,
+equal to ``encode`` on the STS-B test sentences; its int8 variant; ``csekit evaluate --backend onnx``; refusals."""
+
+import json
+
+import numpy as np
+import pytest
+
+from csekit import cli
+from csekit.evaluation.sts import STSEvaluator
+from csekit.modeling import SimCSEConfig, SimCSEModel
+from test_sentence_transformers_layout import save_model
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+
+def save(folder, tokenizer, **options):
+    return save_model(folder, tokenizer, SimCSEModel, SimCSEConfig, options)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, tokenizer) -> dict:
+    """A csekit model whose inference is [CLS] -> MLP -> Normalize (a head and normalisation inside the graph),
+    exported in float32 and in int8."""
+    root = tmp_path_factory.mktemp("onnx")
+    model = save(root / "model", tokenizer, pooler_type="cls", mlp_only_train=False,
+                 sentence_transformers_settings={"normalize": True})
+    for name, extra in (("fp32", []), ("int8", ["--quantize", "int8"])):
+        assert cli.main(["export-onnx", str(root / "model"), str(root / name), *extra]) == 0
+    return {"model": model, "root": root}
+
+
+def run_graph(folder, sentences: list) -> np.ndarray:
+    """The exported graph run with onnxruntime directly: the tokenizer beside it, truncation at the recorded length."""
+    import onnxruntime
+    from transformers import AutoTokenizer
+
+    record = json.loads((folder / "onnx_export.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    rows = []
+    for start in range(0, len(sentences), 16):
+        tokens = tokenizer(sentences[start:start + 16], padding=True, truncation=True,
+                           max_length=record["max_length"], return_tensors="np")
+        feed = {name: tokens[name].astype(np.int64) for name in ("input_ids", "attention_mask")}
+        rows.append(session.run(["sentence_embedding"], feed)[0])
+    return np.concatenate(rows)
+
+
+def test_the_graph_equals_encode_on_the_sts_b_test_sentences(exported, data_dir):
+    sentences = STSEvaluator(data_dir, ["STSBenchmark"], split="test").sentences()
+    expected = exported["model"].encode(sentences, normalize=True)  # the folder's Normalize module
+    actual = run_graph(exported["root"] / "fp32", sentences)
+    assert actual.shape == expected.shape == (len(sentences), 32)
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.linalg.norm(actual, axis=1), 1.0, atol=1e-5)
+    record = json.loads((exported["root"] / "fp32" / "onnx_export.json").read_text())
+    assert record["normalize"] is True and record["quantize"] is None and record["dimension"] == 32
+    assert record["check"]["max_abs_difference"] <= 1e-5
+
+
+def test_the_int8_graph_has_int8_weights_and_stays_close(exported, data_dir):
+    import onnx
+
+    graph = onnx.load(str(exported["root"] / "int8" / "model.onnx"))
+    operators = {node.op_type for node in graph.graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= operators
+    assert "DynamicQuantizeLinear" not in {node.op_type for node in
+                                           onnx.load(str(exported["root"] / "fp32" / "model.onnx")).graph.node}
+    sentences = STSEvaluator(data_dir, ["STSBenchmark"], split="test").sentences()[:64]
+    full, quantized = (run_graph(exported["root"] / name, sentences) for name in ("fp32", "int8"))
+    cosine = (full * quantized).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(quantized, axis=1)
+    assert cosine.min() > 0.9 and not np.allclose(full, quantized, atol=1e-5)
+    record = json.loads((exported["root"] / "int8" / "onnx_export.json").read_text())
+    assert record["quantize"] == "int8" and record["check"]["min_cosine"] > 0.9
+
+
+def test_evaluate_scores_the_export_as_the_trained_model(exported, tmp_path):
+    results = {}
+    for name, argv in (("torch", [str(exported["root"] / "model")]),
+                       ("onnx", [str(exported["root"] / "fp32"), "--backend", "onnx"]),
+                       ("int8", [str(exported["root"] / "int8"), "--backend", "onnx", "--truncate-dim", "16"])):
+        assert cli.main(["evaluate", *argv, "--output", str(tmp_path / f"{name}.json")]) == 0
+        results[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert results["onnx"]["sts"] == results["torch"]["sts"]  # cosine: Normalize changes nothing
+    assert results["onnx"]["backend"] == "onnx" and results["int8"]["quantize"] == "int8"
+    assert results["int8"]["truncate_dim"] == 16
+
+
+def test_what_cannot_be_exported_or_scored_is_refused_in_one_line(exported, tokenizer, tmp_path, capsys):
+    save(tmp_path / "layers", tokenizer, pooler_type="avg_first_last")  # no sentence-transformers modules
+    capsys.readouterr()
+    cases = [
+        (["export-onnx", str(tmp_path / "layers"), str(tmp_path / "out")], "no sentence-transformers modules"),
+        (["export-onnx", str(exported["root"] / "model"), str(exported["root"] / "fp32")], "already exists"),
+        (["evaluate", str(exported["root"] / "model"), "--backend", "onnx"], "not an ONNX export"),
+        (["evaluate", str(exported["root"] / "fp32"), "--backend", "onnx", "--pooler", "avg"], "inside its graph"),
+        (["evaluate", str(exported["root"] / "fp32"), "--backend", "onnx", "--truncate-dim", "33"],
+         "--truncate-dim 33"),
+    ]
+    for argv, message in cases:
+        assert cli.main(argv) == 2, argv
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and message in error[0], (argv, error)
+    assert not (tmp_path / "out").exists()
