@@ -34,12 +34,9 @@ class SentenceEncoderConfig(PreTrainedConfig):
             trained from (``normalize``, ``do_lower_case``, ``similarity_fn_name``, ``prompts``,
             ``default_prompt_name``), written again into this model's sentence-transformers files; ``None`` for
             another backbone.
-        matryoshka_dims: Matryoshka Representation Learning (Kusupati et al., 2022): the sizes d < the embedding
-            size at which the method's contrastive term is also applied, to the first d coordinates of the model's
-            sentence vectors (re-normalised by the cosine), and added to the method's own loss; ``None`` (the
-            papers' setting) trains the full size only. Recorded in ``config.json``, so a loader can offer them.
-        matryoshka_weights: the weight of each ``matryoshka_dims`` term (the full-size term weighs 1); ``None``
-            weighs each 1, as MRL does.
+        matryoshka_dims: Matryoshka sizes (Kusupati et al., 2022): the contrastive term is also applied to the
+            first d coordinates of the vectors, for each d below their size; ``None``: off (the papers' setting).
+        matryoshka_weights: each size's weight (the full size weighs 1); ``None``: 1 each, as MRL.
     """
 
     model_type = "csekit-encoder"
