@@ -104,3 +104,14 @@ def test_what_cannot_be_exported_or_scored_is_refused_in_one_line(exported, toke
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and message in error[0], (argv, error)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_onnxruntime_is_one_line_naming_the_extra(exported, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now raises ImportError
+    assert cli.main(["evaluate", str(exported["root"] / "fp32"), "--backend", "onnx"]) == 2
+    assert cli.main(["export-onnx", str(exported["root"] / "model"), str(exported["root"] / "new")]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert errors == ["csekit: error: --backend onnx needs onnxruntime: pip install 'csekit[onnx]'",
+                      "csekit: error: export-onnx needs onnxruntime: pip install 'csekit[onnx]'"]

@@ -120,12 +120,9 @@ def add_export_onnx_parser(subparsers) -> None:
 
 
 def run_export_onnx(args) -> int:
-    for module, extra in (("sentence_transformers", "st"), ("onnxruntime", "onnx"), ("onnxscript", "onnx")):
-        try:
-            __import__(module)
-        except ImportError:
-            raise DataError(f"export-onnx needs {module}: pip install 'csekit[{extra}]'") from None
-    from .onnx_export import export_onnx
+    from .onnx_export import export_onnx, require_modules
+
+    require_modules("export-onnx", ("sentence_transformers", "onnxruntime", "onnxscript"))
 
     record = export_onnx(args.model, args.out_dir, args.quantize, args.opset, args.overwrite)
     print(f"wrote {record['out_dir']} ({record['dimension']}-d vectors{', int8 weights' if args.quantize else ''}, "

@@ -38,6 +38,15 @@ TOLERANCE = 1e-5
 INPUTS = ("input_ids", "attention_mask")
 
 
+def require_modules(command: str, modules: tuple) -> None:
+    """One line naming the extra to install when an optional library of ``command`` is missing."""
+    for module in modules:
+        try:
+            __import__(module)
+        except ImportError:
+            raise DataError(f"{command} needs {module}: pip install 'csekit[onnx]'") from None
+
+
 def sentence_vector_module(model):
     """A ``torch.nn.Module`` ``(input_ids, attention_mask) -> sentence vectors`` running ``model`` (a
     ``SentenceTransformer``) exactly as its ``encode`` does, less tokenisation and batching."""
@@ -182,6 +191,7 @@ def load_onnx_embedder(folder, batch_size: int = 64, max_length: Optional[int] =
     graph through onnxruntime, truncating at the export's ``max_length`` (or ``max_length``)."""
     from transformers import AutoTokenizer
 
+    require_modules("--backend onnx", ("onnxruntime",))
     record = read_export_record(folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     session = inference_session(Path(folder) / GRAPH_FILE)
@@ -196,4 +206,4 @@ def load_onnx_embedder(folder, batch_size: int = 64, max_length: Optional[int] =
 
 
 __all__ = ["EXPORT_RECORD", "GRAPH_FILE", "QUANTIZATIONS", "export_onnx", "load_onnx_embedder", "onnx_vectors",
-           "read_export_record", "sentence_vector_module"]
+           "read_export_record", "require_modules", "sentence_vector_module"]
