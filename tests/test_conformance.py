@@ -14,7 +14,8 @@ is a capability of its registry entry, and the test says so when it skips.
 * ``--bf16`` (``--fp16`` on a GPU): the encoder computes in half precision, the losses and the whitening stay float32
   (``mixed_precision``);
 * 2 processes equal 1 (``processes``), launched once for every method (``dist_worker.py``); with
-  ``--mini_batch_size`` (``gradient_caching``), 2 caching processes equal 1 uncached;
+  ``--mini_batch_size`` (``gradient_caching``), 2 caching processes equal 1 uncached; with ``--matryoshka_dims`` (a
+  method whose recipe has it), 2 processes equal 1;
 * bad input: one line, exit status 2, nothing written.
 """
 
@@ -61,6 +62,19 @@ def methods(capability: str = None) -> list:
 def stochastic_cases() -> list:
     return [pytest.param(method, flags, id=f"{method.name}-{label.replace(' ', '-')}")
             for method in METHODS.values() for label, flags in method.stochastic.items()]
+
+
+MATRYOSHKA = ("--matryoshka_dims", "16", "8", "--matryoshka_weights", "0.5", "2.0")  # sizes of the hidden-32 backbone
+
+
+def offers_matryoshka(method: Method) -> bool:
+    """The method's recipe has ``--matryoshka_dims`` (its config takes Matryoshka sizes)."""
+    return "matryoshka_dims" in {field.name for field in config_fields(method.config_class)}
+
+
+def matryoshka_methods() -> list:
+    return [pytest.param(method, id=method.name, marks=[] if offers_matryoshka(method) else [pytest.mark.skip(
+        reason=f"{method.name}: its recipe has no --matryoshka_dims")]) for method in METHODS.values()]
 
 
 def trains_with_trainer(method: Method) -> bool:
@@ -323,14 +337,16 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
     two, one = [], []
     cached = selected(request, test_two_processes_with_gradient_caching_train_what_one_process_trains_uncached)
     plain = selected(request, test_two_processes_train_what_one_process_trains_with_the_whole_batch)
-    for method in [method for method in METHODS.values() if method in plain or method in cached]:
+    matryoshka = selected(request, test_two_processes_with_matryoshka_terms_train_what_one_process_trains)
+    for method in [method for method in METHODS.values() if method in [*plain, *cached, *matryoshka]]:
         # the whitening computes in float32, whose rounding Adam's first steps turn into +-lr for near-zero
         # gradients: plain SGD and temperature 1 keep the comparison at rounding level
         extra = ("--optim", "sgd", "--temperature", "1.0") if method.processes == "per-process whitening" else ()
 
-        def job(name, batch, **options):
+        def job(name, batch, flags=(), **options):
             chunks = ("--mini_batch_size", options.pop("mini_batch_size")) if "mini_batch_size" in options else ()
-            argv = recipe_argv(method, backbone, data, root / name / "out", *extra, *chunks, steps=2, batch=batch)
+            argv = recipe_argv(method, backbone, data, root / name / "out", *extra, *chunks, *flags, steps=2,
+                               batch=batch)
             return {"method": method.name, "recipe": method.recipe, "argv": argv,
                     "options": {"float64": trains_with_trainer(method), **options}}
 
@@ -340,6 +356,13 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
         one.append(job(f"{method.name}-1", 2 * BATCH))
         if method.processes == "per-process whitening":
             one.append(job(f"{method.name}-1-shards", 2 * BATCH, whitening_shards=2))
+        if method in matryoshka and offers_matryoshka(method):
+            # with a head at inference (an MLP SimCSE keeps), the prefix terms reach it outside DDP's forward
+            flags = (*MATRYOSHKA, *(("--mlp_only_train", "false") if "mlp_only_train" in {
+                field.name for field in config_fields(method.config_class)} else ()))
+            two.append(job(f"{method.name}-2-matryoshka", BATCH, flags))
+            one.append(job(f"{method.name}-1-matryoshka", 2 * BATCH, flags,
+                           **({"whitening_shards": 2} if method.processes == "per-process whitening" else {})))
     port = free_ports(1)[0]
     processes = [launch(two, root / "two.json", 2, port), launch(one, root / "one.json", 1)]
     try:
@@ -388,6 +411,22 @@ def test_two_processes_with_gradient_caching_train_what_one_process_trains_uncac
     assert len(records(launched / f"{name}-2-cached" / "out")) == 2
     reference = f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1"
     one, two = (load_weights(launched / run / "out" / "checkpoint-2") for run in (reference, f"{name}-2-cached"))
+    assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("method", matryoshka_methods())
+def test_two_processes_with_matryoshka_terms_train_what_one_process_trains(method, launched):
+    """The prefix terms use the same gathered contrastive term as the full one, and the inference head (supervised
+    SimCSE's MLP) is used outside DDP's forward: 2 processes must still step as 1 with the whole batch."""
+    name = method.name
+    ranks, (single,) = (records(launched / f"{name}-{n}-matryoshka" / "out") for n in (2, 1))
+    assert len(ranks) == 2
+    averaged = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]
+    assert averaged == pytest.approx(single["losses"], rel=1e-6)
+    plain = records(launched / (f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1")
+                    / "out")[0]
+    assert single["losses"][0] != pytest.approx(plain["losses"][0], rel=1e-3)  # the prefix terms are in the loss
+    one, two = (load_weights(launched / f"{name}-{n}-matryoshka" / "out" / "checkpoint-2") for n in (1, 2))
     assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
 
 

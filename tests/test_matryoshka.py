@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import metadata_load
 
 from conftest import recipe_flags, tiny_bert_config
 from csekit import cli
@@ -58,6 +59,8 @@ def test_simcse_loss_is_the_full_term_plus_the_weighted_truncated_terms(mlp_only
     torch.testing.assert_close(losses["loss"].double(), expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(losses["matryoshka_8"].double(), info_nce(v[:, 0, :8], v[:, 1, :8]),
                                rtol=1e-5, atol=1e-6)
+    # logged as loss_contrastive: the full-size term alone, as without Matryoshka sizes
+    torch.testing.assert_close(losses["contrastive"].double(), info_nce(z[:, 0], z[:, 1]), rtol=1e-5, atol=1e-6)
     assert not mlp_only_train or not torch.allclose(z, v)  # the sizes are trained on v, not on the head's z
     losses["loss"].backward()  # the truncated terms reach the encoder
     assert model.encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
@@ -78,6 +81,27 @@ def test_whitenedcse_loss_adds_the_truncated_terms_over_the_same_views(tokenizer
     truncated = pooled[..., :12]
     expected = eq7(z[:, 0], z[:, 1:]) + eq7(truncated[:, 0], truncated[:, 1:2].expand(-1, 3, -1))
     torch.testing.assert_close(losses["loss"].double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_cmlm_cse_weighs_the_contrastive_side_with_its_truncated_terms_and_keeps_the_mlm_term(tokenizer, tmp_path):
+    from test_cmlm_cse import batch_for, tiny_model
+    from test_cmlm_cse import trainer_for as cmlm_trainer_for
+
+    model = tiny_model(tokenizer, pooler_type="cls", temperature=TAU, mlp_only_train=False, contrastive_weight=0.7,
+                       mlm_weight=0.3, matryoshka_dims=[16, 8], matryoshka_weights=[0.5, 2.0])
+    batch = batch_for(tokenizer, config=model.config)
+    torch.manual_seed(0)
+    outputs = model.train()(**batch)
+    losses = cmlm_trainer_for(model, tokenizer, tmp_path).compute_losses(model, outputs, batch)
+
+    z = outputs.embeddings
+    v = torch.tanh(outputs.pooled @ model.mlp.dense.weight.T + model.mlp.dense.bias)  # the MLP kept at inference
+    contrastive_side = info_nce(z[:, 0], z[:, 1]) + 0.5 * info_nce(v[:, 0, :16], v[:, 1, :16]) + \
+        2.0 * info_nce(v[:, 0, :8], v[:, 1, :8])
+    expected = 0.7 * contrastive_side + 0.3 * outputs.mlm_loss.double()  # L_MLM unchanged
+    torch.testing.assert_close(losses["loss"].double(), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(losses["contrastive"].double(), info_nce(z[:, 0], z[:, 1]), rtol=1e-5, atol=1e-6)
+    assert set(losses) == {"loss", "contrastive", "mlm", "matryoshka_16", "matryoshka_8"}  # each term logged
 
 
 def test_off_by_default_the_loss_is_the_methods_own(tokenizer, tmp_path):
@@ -147,6 +171,7 @@ def test_the_run_records_its_sizes_and_scores_each_like_evaluate_truncate_dim(tr
     assert record["matryoshka_sts"]["8"] != record["sts"]  # a prefix scores differently from the whole vector
     card = (trained / "README.md").read_text()
     assert "Matryoshka" in card and f"| 8 | {record['matryoshka_sts']['8']['avg']:.2f} |" in card
+    assert "matryoshka" in metadata_load(trained / "README.md")["tags"]  # the Hub's filter finds it
 
 
 @pytest.mark.parametrize("size", [8, 32])

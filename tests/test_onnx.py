@@ -88,6 +88,24 @@ def test_evaluate_scores_the_export_as_the_trained_model(exported, tmp_path):
     assert results["int8"]["truncate_dim"] == 16
 
 
+def test_sentence_transformers_onnx_backend_reads_a_csekit_folder(exported, data_dir, tmp_path):
+    """``SentenceTransformer(folder, backend="onnx")``: sentence-transformers' own ONNX path, where optimum exports the
+    folder's ``encoder/`` Transformer module and sentence-transformers runs pooling, head and Normalize in PyTorch."""
+    try:  # the class sentence-transformers imports (optimum.onnxruntime imports its members lazily)
+        from optimum.onnxruntime import ORTModelForFeatureExtraction  # noqa: F401
+    except ImportError:
+        pytest.skip("sentence-transformers[onnx] is not installed: its optimum-onnx (releases up to 0.1.0) requires "
+                    "transformers<4.58, sentence-transformers 6 transformers>=5, so pip cannot install the extra")
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    folder = shutil.copytree(exported["root"] / "model", tmp_path / "model")  # whatever optimum writes stays here
+    sentences = STSEvaluator(data_dir, ["STSBenchmark"], split="test").sentences()
+    actual = SentenceTransformer(str(folder), backend="onnx").encode(sentences, convert_to_numpy=True)
+    np.testing.assert_allclose(actual, exported["model"].encode(sentences, normalize=True), atol=1e-5, rtol=0)
+
+
 def test_what_cannot_be_exported_or_scored_is_refused_in_one_line(exported, tokenizer, tmp_path, capsys):
     save(tmp_path / "layers", tokenizer, pooler_type="avg_first_last")  # no sentence-transformers modules
     capsys.readouterr()

@@ -7,7 +7,8 @@ Inputs: one unsupervised sentence per example. :class:`CMLMCSECollator` returns 
 ``input_ids (B, 2, T)`` (view 0 is always the original sentence; optional augmentation touches view 1 only, the
 "contrastive side") plus view 0 masked for the MLM side, ``mlm_input_ids (B, T)`` and ``mlm_labels (B, T)``
 (-100 on unmasked positions). :class:`CMLMCSETrainer` trains a :class:`~csekit.modeling.CMLMCSEForPreTraining` with
-``L = contrastive_weight * L_contrast + mlm_weight * L_MLM`` and logs ``loss_contrastive`` and ``loss_mlm``.
+``L = contrastive_weight * L_contrast + mlm_weight * L_MLM`` and logs ``loss_contrastive`` and ``loss_mlm`` (and
+``loss_matryoshka_<d>``: with Matryoshka sizes L_contrast is SimCSE's term plus its weighted prefix terms).
 
 Example::
 
@@ -106,7 +107,8 @@ class CMLMCSETrainer(SimCSETrainer):
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config
-        contrastive = super().compute_losses(model, outputs, inputs)["contrastive"]
+        # SimCSE's side: "loss" is L_contrast (with its Matryoshka terms when configured), logged term by term
+        contrastive_side = super().compute_losses(model, outputs, inputs)
         if outputs.mlm_loss is None:
             raise DataError("CMLM-CSE batches need mlm_input_ids/mlm_labels: use CMLMCSECollator")
         mlm = outputs.mlm_loss
@@ -116,5 +118,5 @@ class CMLMCSETrainer(SimCSETrainer):
             masked = (inputs["mlm_labels"] != IGNORE_INDEX).sum()
             all_masked = self.accelerator.reduce(masked, reduction="sum").clamp(min=1)
             mlm = mlm * masked * self.accelerator.num_processes / all_masked
-        total = config.contrastive_weight * contrastive + config.mlm_weight * mlm
-        return {"loss": total, "contrastive": contrastive, "mlm": mlm}
+        total = config.contrastive_weight * contrastive_side["loss"] + config.mlm_weight * mlm
+        return {**contrastive_side, "loss": total, "mlm": mlm}

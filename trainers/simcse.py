@@ -26,8 +26,9 @@ class SimCSETrainer(ContrastiveTrainer):
                 candidate_mask=candidate_mask,
             )
 
-        contrastive, sizes = self.with_matryoshka(model, outputs, term, term(outputs.embeddings))
-        return {"loss": contrastive, "contrastive": contrastive, **sizes}
+        contrastive = term(outputs.embeddings)
+        total, sizes = self.with_matryoshka(model, outputs, term, contrastive)
+        return {"loss": total, "contrastive": contrastive, **sizes}
 
     @classmethod
     def negatives_per_anchor(cls, examples_per_step: int, columns: tuple) -> int:

@@ -2,8 +2,9 @@
 
 The model returns the anchor and its positives as ``embeddings`` of shape ``(batch, 1 + m, hidden)``; the loss is
 eq. 7 (``loss_type="L1"``) or eq. 8 (``"L2"``) over the per-positive InfoNCE terms, weighted by
-``config.positive_weights``. Logged components: ``loss_contrastive`` (the total) and ``loss_positive_<p>`` (each
-positive's mean InfoNCE term, unweighted).
+``config.positive_weights``. Logged components: ``loss_contrastive`` (eq. 7/8 on the full vectors),
+``loss_positive_<p>`` (each positive's mean InfoNCE term, unweighted) and, with Matryoshka sizes,
+``loss_matryoshka_<d>``.
 """
 
 import logging
@@ -66,7 +67,7 @@ class WhitenedCSETrainer(ContrastiveTrainer):
         terms = positive_terms(outputs.embeddings)
         contrastive = MULTI_POSITIVE_LOSSES[config.loss_type](terms, config.positive_weights)
         total, sizes = self.with_matryoshka(model, outputs, term, contrastive)
-        losses = {"loss": total, "contrastive": total, **sizes}
+        losses = {"loss": total, "contrastive": contrastive, **sizes}
         for index, value in enumerate(terms.mean(dim=0), start=1):
             losses[f"positive_{index}"] = value
         return losses

@@ -192,7 +192,8 @@ def build_card_data(title: str, config, record: dict, arguments: Optional[dict],
         library, pipeline, tags = "transformers", "feature-extraction", ["feature-extraction", "sentence-similarity"]
     return ModelCardData(
         model_name=title, library_name=library, pipeline_tag=pipeline, license=license,
-        tags=tags + ["csekit", method, "sentence-embeddings", "custom_code"],
+        tags=tags + ["csekit", method, "sentence-embeddings", "custom_code"]
+        + (["matryoshka"] if config.values.get("matryoshka_dims") else []),  # the trained sizes are in config.json
         base_model=base_model_id(arguments), datasets=training_datasets(arguments), eval_results=eval_results,
     )
 
