@@ -20,6 +20,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import yaml
+
 from common import emit
 from seeds import DEFAULT_LAUNCH, run_seed
 
@@ -69,8 +71,7 @@ def main(argv=None) -> None:
     if args.variant:
         return
     with open(args.config) as handle:
-        base = next(line.split(":", 1)[1].split("#")[0].strip() for line in handle
-                    if line.startswith("model_name_or_path:"))
+        base = yaml.safe_load(handle)["model_name_or_path"]
     scores = {("start", None): scores_by_size(base, args.dims, data_dir)}
     for (variant, seed), record in records.items():
         if variant == "matryoshka":  # the recipe scored every trained size as evaluate --truncate-dim does

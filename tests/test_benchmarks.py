@@ -1,10 +1,12 @@
 """Speed: benchmarks/gpu_throughput.py and gradient_cache.py stay runnable on the CPU at tiny sizes and their JSON
-holds what RESULTS.md reads; the speed-ups in the training path leave their outputs unchanged."""
+holds what RESULTS.md reads; the speed-ups in the training path leave their outputs unchanged. matryoshka.py runs
+end to end on the tiny backbone."""
 
 import json
 
 import pytest
 import torch
+import yaml
 
 from conftest import REPO_ROOT
 from csekit.data import read_sentences
@@ -120,3 +122,36 @@ def test_gradient_cache_benchmark_runs_each_configuration_in_its_own_process(mon
         (run,) = result["runs"]
         assert run["cached"] == (name != "uncached") and run["seconds"] > 0 and run["activation_bytes"] > 0
     assert (tmp_path / "gradient_cache.md").read_text().startswith("Command: `python benchmarks/gradient_cache.py")
+
+
+def test_matryoshka_benchmark_trains_both_variants_and_scores_every_size(monkeypatch, tiny_backbone, corpus, tmp_path,
+                                                                          capsys):
+    """One seed of each variant through the real recipe (``seeds.run_seed``), then the table: the plain run scored at
+    every size as ``csekit evaluate --truncate-dim`` scores it, the Matryoshka run's sizes read from its record."""
+    from conftest import recipe_flags
+    from csekit import cli
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    import matryoshka
+
+    config = tmp_path / "tiny.yaml"
+    settings = {"model_name_or_path": str(tiny_backbone), "train_file": str(corpus), "max_steps": 2,
+                "per_device_train_batch_size": 8, "max_seq_length": 16, "save_strategy": "no",
+                "eval_strategy": "no", "load_best_model_at_end": False, "report_to": "none"}
+    flags = recipe_flags("simcse")
+    settings.update((key.lstrip("-"), value) for key, value in zip(flags[::2], flags[1::2]))
+    config.write_text(yaml.safe_dump(settings))
+    root, table = tmp_path / "runs", tmp_path / "matryoshka.md"
+    matryoshka.main(["--config", str(config), "--seeds", "1", "--dims", "16", "8", "--output-root", str(root),
+                     "--table", str(table)])
+    scores = json.loads((root / "scores.json").read_text())
+    assert list(scores) == ["start", "plain/seed1", "matryoshka/seed1"]
+    assert all(list(by_size) == ["32", "16", "8"] for by_size in scores.values())
+    for variant in ("plain", "matryoshka"):
+        output = tmp_path / f"{variant}.json"
+        assert cli.main(["evaluate", str(root / variant / "seed1"), "--truncate-dim", "8", "--output",
+                         str(output)]) == 0
+        assert json.loads(output.read_text())["sts"]["avg"] == scores[f"{variant}/seed1"]["8"]
+    text = table.read_text()
+    assert text.startswith("Command: `python benchmarks/matryoshka.py") and "| **matryoshka mean ± std** |" in text
+    capsys.readouterr()
