@@ -32,14 +32,12 @@ def scores_by_size(model: str, sizes: list, data_dir: str) -> dict:
     """``{size: 7-task STS average}`` for ``model``'s vectors cut to each size (the full size first)."""
     from csekit.evaluation.encoders import load_embedder
     from csekit.evaluation.sts import STS_TASKS, STSEvaluator
-    from csekit.trainers.runner import encoded_once
+    from csekit.trainers.runner import encoded_once, scores_at_sizes
 
-    test = STSEvaluator(data_dir, STS_TASKS, split="test")
     embed, info = load_embedder(model, batch_size=128)
-    encode = encoded_once(embed)
-    full = info["dimension"]
-    return {size: test.evaluate(lambda sentences, size=size: encode(sentences)[:, :size])[test.aggregation]["avg"]
-            for size in [full, *sizes]}
+    scores = scores_at_sizes(STSEvaluator(data_dir, STS_TASKS, split="test"), encoded_once(embed),
+                             [info["dimension"], *sizes])
+    return {size: values["avg"] for size, values in scores.items()}
 
 
 def mean_and_spread(values: list) -> str:

@@ -168,6 +168,14 @@ def encoded_once(embed: Callable[[list], object]) -> Callable[[list], object]:
     return encode
 
 
+def scores_at_sizes(test: STSEvaluator, encode: Callable[[list], object], sizes: list) -> dict:
+    """``{size: scores}``: ``test``'s scores of the first ``size`` coordinates of ``encode``'s vectors, at each size
+    (a Matryoshka size; ``csekit evaluate --truncate-dim`` scores one). Pass an :func:`encoded_once` ``encode`` to
+    encode the sentences once for all sizes."""
+    return {size: test.evaluate(lambda sentences, size=size: encode(sentences)[:, :size])[test.aggregation]
+            for size in sizes}
+
+
 def base_model_scores(name_or_path: str, test: STSEvaluator) -> dict:
     """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, as ``csekit evaluate``
     scores it (a sentence-transformers folder with its own pooling, a csekit folder with its pooler, a bare encoder
@@ -291,9 +299,8 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                           "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
                           "training_curve": training_curve(trainer.state.log_history), "batch": batch, **base}
                 if model.config.matryoshka_dims:  # the same vectors' first d coordinates, at every trained size
-                    record["matryoshka_sts"] = {
-                        str(size): test.evaluate(lambda sentences, size=size: encode(sentences)[:, :size])[
-                            test.aggregation] for size in sorted(model.config.matryoshka_dims, reverse=True)}
+                    record["matryoshka_sts"] = {str(size): scores for size, scores in scores_at_sizes(
+                        test, encode, sorted(model.config.matryoshka_dims, reverse=True)).items()}
                 table = format_sts_table({training_args.output_dir: results,
                                           f"{model_args.model_name_or_path} (base)": base["base_sts"]},
                                          title="STS test (Spearman x100)")
