@@ -392,3 +392,42 @@ def test_figure_sample_keeps_whole_positive_pairs_and_caps_the_sentences():
     assert all((chosen[a], chosen[b]) in original for a, b in rows.tolist())  # re-indexed to the sample
     everything, same = sample_rows(sentences[:600], positives[:100], 1000, seed=0)
     assert len(everything) == 600 and np.array_equal(same, positives[:100])
+
+
+@pytest.mark.parametrize("path", [".", "../..", "encoder/..", "/tmp", "./encoder"])
+def test_a_modules_path_that_is_not_a_sub_folder_is_refused_before_any_upload(tmp_path, trained, path):
+    folder = tmp_path / "folder"
+    shutil.copytree(trained, folder)
+    (folder / "training_args.bin").write_bytes(b"pickle")
+    modules = json.loads((folder / "modules.json").read_text())
+    modules[0]["path"] = path
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(DataError, match="not a sub-folder") as refused:
+        files_to_push(folder)
+    assert "\n" not in str(refused.value)
+
+
+def test_every_listed_file_is_a_regular_file_inside_the_folder_and_never_a_pickle(tmp_path, trained):
+    folder = tmp_path / "folder"
+    shutil.copytree(trained, folder)
+    pooling, encoder = folder / "1_Pooling", folder / "encoder"
+    # a pickle and a checkpoint's files inside a module folder are filtered out, whatever listed them
+    (encoder / "optimizer.pt").write_bytes(b"pickle")
+    (encoder / "weights.bin").write_bytes(b"pickle")
+    (encoder / "checkpoint-4").mkdir()
+    (encoder / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    files = files_to_push(folder)
+    assert not [name for name in files if name.endswith((".pt", ".bin")) or "checkpoint-" in name]
+    assert files == files_to_push(trained)
+    # a link out of the folder is refused, not followed
+    (tmp_path / "secret.txt").write_text("token")
+    (pooling / "notes.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(DataError, match="not a file inside the model folder"):
+        files_to_push(folder)
+    (pooling / "notes.txt").unlink()
+    (folder / "2_Linked").symlink_to(tmp_path, target_is_directory=True)
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps(modules + [{"idx": 9, "name": "9", "path": "2_Linked",
+                                                                 "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(DataError, match="leads outside"):
+        files_to_push(folder)

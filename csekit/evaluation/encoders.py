@@ -1,8 +1,7 @@
 """Load anything `csekit evaluate` can score as ``embed(sentences) -> vectors``: a csekit folder, a plain Hugging Face
-encoder folder, a sentence-transformers folder, the embedded all-MiniLM-L6-v2, or a Hub id (through the Hugging Face
-cache, see :mod:`csekit.loading`)."""
+encoder folder, a sentence-transformers folder (scored as sentence-transformers computes it: :mod:`csekit.st_folder`),
+the embedded all-MiniLM-L6-v2, or a Hub id (through the Hugging Face cache, see :mod:`csekit.loading`)."""
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -14,24 +13,7 @@ from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
 from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
 from ..preflight import check_model_inputs, load_tokenizer, read_model_config
-
-ST_POOLING_MODES = {"pooling_mode_mean_tokens": "avg", "pooling_mode_cls_token": "cls_before_pooler"}
-
-
-def sentence_transformers_defaults(path: str) -> dict:
-    """Pooler and max length from a sentence-transformers folder layout, if it is one."""
-    folder = Path(path)
-    defaults = {}
-    pooling_config = folder / "1_Pooling" / "config.json"
-    if pooling_config.is_file():
-        modes = json.loads(pooling_config.read_text())
-        for key, pooler in ST_POOLING_MODES.items():
-            if modes.get(key):
-                defaults["pooler"] = pooler
-    st_config = folder / "sentence_bert_config.json"
-    if st_config.is_file():
-        defaults["max_length"] = json.loads(st_config.read_text()).get("max_seq_length")
-    return defaults
+from ..st_folder import is_st_folder, load_st_embedder, module_entries, plain_max_length, plain_pipeline
 
 
 class HFSentenceEncoder:
@@ -121,9 +103,18 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
                                                                 max_length=max_length))
 
         return embed, info
-    defaults = sentence_transformers_defaults(path)
-    pooler = pooler or defaults.get("pooler", "cls")
-    max_length = max_length or defaults.get("max_length")
+    info = {}
+    if is_st_folder(path) and pooler is None:  # scored as sentence-transformers computes it (csekit.st_folder)
+        loaded = load_st_embedder(name_or_path, path, max_length, batch_size, device)
+        if loaded is not None:
+            embed, info = loaded
+            return (lambda sentences: finite_embeddings(name_or_path, embed(sentences))), info
+        entries = module_entries(path)
+        pooler = plain_pipeline(name_or_path, Path(path), entries)
+        max_length = max_length or plain_max_length(Path(path), tokenizer)
+        info = {"modules": ["Transformer", f"Pooling({'cls' if pooler.startswith('cls') else 'mean'})",
+                            *(["Normalize"] if len(entries) > 2 else [])], "prompt": None, "max_length": max_length}
+    pooler = pooler or "cls"
     # scored in float32 (SentEval's precision) whatever dtype the checkpoint was stored in
     model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).to(device)
     encoder = HFSentenceEncoder(model, tokenizer, pooler)
@@ -132,7 +123,7 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
         vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length, device)
         return finite_embeddings(name_or_path, vectors.numpy())
 
-    return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size}
+    return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size, **info}
 
 
-__all__ = ["HFSentenceEncoder", "finite_embeddings", "load_embedder", "sentence_transformers_defaults"]
+__all__ = ["HFSentenceEncoder", "finite_embeddings", "load_embedder"]

@@ -27,7 +27,8 @@ from ..atomic import private_folder, remove_abandoned, write_json, write_text
 from ..errors import DataError
 from ..loading import check_safetensors
 from ..modeling.sentence_transformers_layout import TOP_LEVEL_FILES as ST_TOP_LEVEL_FILES
-from ..preflight import check_repo_id, weight_files
+from ..preflight import CHECKPOINT_PREFIX, check_repo_id, weight_files
+from ..st_folder import PICKLE_SUFFIXES, module_entries
 from .figure import CURVE_FILE, FIGURE_FILE
 from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
 from .mteb_meta import MODEL_META_FILE, write_model_meta
@@ -40,6 +41,10 @@ OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE, CURVE_FILE, MODEL_META_FILE)
 # the uploaded files that record what the run was given (paths among them)
 RECORD_FILES = ("config.json", "tokenizer_config.json", ARGUMENTS_FILE, RESULTS_FILE, MODEL_META_FILE)
 UPLOAD_PREFIX = ".csekit-upload-"
+# names never uploaded wherever they are: the Trainer's optimizer, scheduler and random states (pickles, or records
+# of a run's resumption) and staging folders
+NEVER_UPLOADED = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "csekit_run.json",
+                  "training_args.bin")
 PATHS_NOTE = ("\n> Local paths of the training run (data files, the base model's and output folders) are shown by "
               "their base name.\n")
 
@@ -135,18 +140,38 @@ def files_to_push(model_dir) -> list:
     load_eval_record(folder)
     optional = [name for name in OPTIONAL_FILES if (folder / name).is_file()]
     files = weights + ["config.json"] + code_files(folder, auto_map) + tokenizer + ["README.md", RESULTS_FILE]
-    return sorted(set(files + optional + sentence_transformers_files(folder)))
+    return publishable(folder, sorted(set(files + optional + sentence_transformers_files(folder))))
 
 
 def sentence_transformers_files(folder: Path) -> list:
-    """The sentence-transformers layout's files (``modules.json`` and the module folders it names), if any."""
+    """The sentence-transformers layout's files (``modules.json`` and the files of the module sub-folders it names,
+    each path checked by :func:`csekit.st_folder.module_entries`), if any. The root module (path ``""``) adds
+    nothing: the folder's own files are listed by name."""
     if not (folder / "modules.json").is_file():
         return []
     files = [name for name in ST_TOP_LEVEL_FILES if (folder / name).is_file()]
-    for module in json.loads((folder / "modules.json").read_text()):
-        files += [str(path.relative_to(folder)) for path in sorted((folder / module["path"]).rglob("*"))
-                  if path.is_file()]
+    for module in module_entries(folder):
+        if module["path"]:
+            files += [str(path.relative_to(folder)) for path in sorted((folder / module["path"]).rglob("*"))
+                      if path.is_file() or path.is_symlink()]
     return files
+
+
+def publishable(folder: Path, files: list) -> list:
+    """``files`` checked one by one, whatever listed them: a regular file inside ``folder`` (a symbolic link that
+    leads outside, or a path through ``..``, is refused in one line), and never a pickle or a checkpoint's file."""
+    root = folder.resolve()
+    kept = []
+    for name in files:
+        path = folder / name
+        if ".." in Path(name).parts or not path.resolve().is_relative_to(root) or not path.resolve().is_file():
+            raise DataError(f"{folder}: {name} is not a file inside the model folder; refused (nothing uploaded)")
+        parts = Path(name).parts
+        if path.suffix in PICKLE_SUFFIXES or any(part.startswith(CHECKPOINT_PREFIX) for part in parts) or any(
+                part in NEVER_UPLOADED for part in parts):
+            continue
+        kept.append(name)
+    return kept
 
 
 def push_to_hub(
