@@ -145,6 +145,10 @@ def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[
             tokenizer.model_max_length = positions - offset
         return
     length = max_length
+    special = tokenizer.num_special_tokens_to_add()
+    if length <= special:  # every sentence would be the same special tokens: one input for all of them
+        raise DataError(f"{flag} {length}: leaves no room for a word after the tokenizer's {special} special tokens; "
+                        f"give {flag} {special + 1} or more")
     if length + offset > positions:
         raise DataError(f"{name}: inputs of {length} tokens need {length + offset} position embeddings, the model has "
                         f"{positions}; pass {flag} {positions - offset} or less")
@@ -246,7 +250,7 @@ def check_not_an_input(output, flag: str, inputs, writes_file: bool = False) -> 
 # ------------------------------------------------------------------------------------------------ a training run
 def check_training_arguments(args) -> None:
     """Hyper-parameters that cannot mean a run (``TrainingArguments`` or CLSR's): no step to train, no update to
-    apply, a negative learning rate."""
+    apply, a learning rate that is not positive."""
     epochs, max_steps = getattr(args, "num_train_epochs", 1), getattr(args, "max_steps", -1) or -1
     if max_steps <= 0 and epochs <= 0:
         raise DataError(f"--num_train_epochs {epochs:g}: no training step would run; give --num_train_epochs > 0 or "
@@ -254,8 +258,8 @@ def check_training_arguments(args) -> None:
     accumulation = getattr(args, "gradient_accumulation_steps", 1)
     if accumulation < 1:
         raise DataError(f"--gradient_accumulation_steps {accumulation}: must be 1 or more (1 = no accumulation)")
-    if args.learning_rate < 0:
-        raise DataError(f"--learning_rate {args.learning_rate:g}: must be 0 or more")
+    if args.learning_rate <= 0:  # 0: every update is zero, and the saved "trained" model is the starting one
+        raise DataError(f"--learning_rate {args.learning_rate:g}: must be > 0 (at 0 no update changes the model)")
     for flag in ("seed", "data_seed"):  # numpy's generators take 0 .. 2**32 - 1 (set_seed seeds them all)
         seed = getattr(args, flag, None)
         if seed is not None and not 0 <= seed < 2**32:
@@ -351,11 +355,29 @@ def find_checkpoint(output_dir, which: Optional[str]) -> Optional[str]:
                     "--resume_from_checkpoint")
 
 
+# settings the restored optimizer and scheduler keep at the checkpoint's values (their state holds them)
+RESTORED_ON_RESUME = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "optim_args",
+                      "lars_momentum", "lars_trust_coefficient")
+
+
+def resume_differences(record: dict, expected: dict) -> list:
+    """``["--learning_rate 3e-05 -> 0.001", ...]``: each setting of ``expected`` the checkpoint's ``record`` holds
+    with another value (a key one csekit version records and the other does not is not compared)."""
+    differences = []
+    for key, value in expected.items():
+        if key in record and record[key] != value:
+            flag = key if key in ("method", "processes") else f"--{key}"
+            effect = " (cannot take effect: the restored optimizer keeps the checkpoint's)" if (
+                key in RESTORED_ON_RESUME) else ""
+            differences.append(f"{flag} {record[key]} -> {value}{effect}")
+    return differences
+
+
 def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
     """Raise :class:`DataError` when ``checkpoint`` is not a csekit checkpoint (no :data:`RUN_RECORD`) or was made
-    with another setup than ``expected`` (method, per-process batch, processes, accumulation: a resume under another
-    one is not the uninterrupted run), unless ``accept_changes`` (``--resume_accept_changes``). Returns the accepted
-    differences, which the run then records."""
+    with another setup than ``expected`` (every setting that changes the trained model:
+    :func:`csekit.trainers.arguments.setup_record`), naming each flag with both values, unless ``accept_changes``
+    (``--resume_accept_changes``). Returns the accepted differences, which the run then records."""
     path = Path(checkpoint) / RUN_RECORD
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -366,7 +388,10 @@ def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
         raise DataError(f"--resume_from_checkpoint {checkpoint}: unreadable {RUN_RECORD} ({type(error).__name__}); "
                         "give another checkpoint") from None
     record = record if isinstance(record, dict) else {}
-    differences = [f"{key} {record.get(key)} -> {value}" for key, value in expected.items() if record.get(key) != value]
+    if "method" not in record:
+        raise DataError(f"--resume_from_checkpoint {checkpoint}: {RUN_RECORD} names no method; give a checkpoint "
+                        "that a csekit run wrote")
+    differences = resume_differences(record, expected)
     if differences and not accept_changes:
         raise DataError(f"--resume_from_checkpoint {checkpoint}: the checkpoint was made with another setup "
                         f"({'; '.join(differences)}); resume with its settings, or pass --resume_accept_changes true "

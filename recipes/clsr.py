@@ -58,7 +58,7 @@ from csekit.preflight import (
     load_tokenizer,
     read_model_config,
 )
-from csekit.trainers.arguments import DataArguments, config_kwargs, model_arguments, parse_recipe_args
+from csekit.trainers.arguments import DataArguments, config_kwargs, model_arguments, parse_recipe_args, setup_record
 from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
 from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from csekit.trainers.embedding_cache import EmbeddingCache
@@ -131,6 +131,9 @@ class CLSRRecipe:
         encoder_config = read_model_config(path)
         if not backbone.random_init:
             check_model_inputs(args.model_name_or_path, encoder_config, tokenizer, None, "--max_seq_length")
+        if args.inference_max_length is not None:  # the published model's length
+            check_model_inputs(args.model_name_or_path, encoder_config, tokenizer, args.inference_max_length,
+                               "--inference_max_length")
         CLSRConfig(encoder_config=encoder_config, **config_kwargs(args, CLSRConfig))  # the flags are checked there
         return path, tokenizer
 
@@ -168,7 +171,9 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     check_not_an_input(training_args.output_dir, "--output_dir", [model_args.model_name_or_path])
     folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=state.is_main_process)
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # resumed by train()
-    accepted = check_resume(resume, training_args.run_record(), training_args.resume_accept_changes) if resume else []
+    record = setup_record(recipe.method.config_class.model_type, None, model_args=model_args,
+                          backbone_args=backbone_args, data_args=data_args, training_args=training_args)
+    accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
     check_output_dir(EmbeddingCache(data_args.cache_dir).cache_dir, "--cache_dir")
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
@@ -188,13 +193,15 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     folder.acquire(lock=state.is_main_process)
     try:
         run_clsr_training(folder, model, corpus, held_out, dev, test, state, model_args, backbone_args, data_args,
-                          training_args, {"checkpoint": resume, "accepted_changes": accepted} if accepted else None)
+                          training_args, {"checkpoint": resume, "accepted_changes": accepted} if accepted else None,
+                          record)
     finally:
         folder.release()
 
 
 def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, state, model_args, backbone_args,
-                      data_args, training_args, resume: Optional[dict] = None) -> None:
+                      data_args, training_args, resume: Optional[dict] = None, run_record: Optional[dict] = None
+                      ) -> None:
     """:func:`run_clsr_recipe` once everything is checked and the output folder is held."""
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
@@ -205,7 +212,7 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
     logging.info("%d pairs over %d sentences (%d dropped: they share a sentence with a held-out set); train cache %s "
                  "(%s)", len(corpus.pairs), len(corpus.sentences), corpus.dropped, train_entry.path, train_entry.status)
     trainer = CLSRTrainer(model, training_args, train_entry.vectors, corpus, held_out, dev_evaluator,
-                          is_main_process=state.is_main_process)
+                          is_main_process=state.is_main_process, run_record=run_record)
     summary = trainer.train()
     test_vectors = (cache.get(model, test.sentences(), data_args.encode_batch_size, across_processes=True).vectors
                     if test else None)

@@ -204,7 +204,31 @@ ROWS = [
         E + "short-positions: inputs of 32 tokens need 32 position embeddings, the model has 8; pass "
         "--max_seq_length 8 or less"),
     Row("csekit train simcse --learning_rate -1", "negative learning rate",
-        E + "--learning_rate -1: must be 0 or more"),
+        E + "--learning_rate -1: must be > 0 (at 0 no update changes the model)"),
+    # runs that cannot learn: no negative for an anchor, no update, no word in a sentence, an unusable published length
+    Row("csekit train simcse --learning_rate 0", "zero learning rate",
+        E + "--learning_rate 0: must be > 0 (at 0 no update changes the model)"),
+    Row("csekit train simcse --per_device_train_batch_size 1", "one example per step",
+        E + "--per_device_train_batch_size 1 x 1 process(es): each anchor would see no negative, so the contrastive "
+        "loss is constant and nothing trains; use 2 or more examples per step"),
+    Row("csekit train whitenedcse --per_device_train_batch_size 1", "one example per step",
+        E + "--per_device_train_batch_size 1 x 1 process(es): each anchor would see no negative, so the contrastive "
+        "loss is constant and nothing trains; use 2 or more examples per step"),
+    Row("csekit train clsr --per_device_train_batch_size 1", "one pair per step",
+        E + "--per_device_train_batch_size 1: a batch of one pair gives its anchors no negative, so the contrastive "
+        "loss is constant and nothing trains; use 2 or more"),
+    Row("csekit train simcse --max_seq_length 2", "a length of special tokens only",
+        E + "--max_seq_length 2: leaves no room for a word after the tokenizer's 2 special tokens; give "
+        "--max_seq_length 3 or more"),
+    Row("csekit evaluate tiny --max-length 2", "a length of special tokens only",
+        E + "--max-length 2: leaves no room for a word after the tokenizer's 2 special tokens; give --max-length 3 or "
+        "more"),
+    Row("csekit train simcse --inference_max_length 600", "published length beyond the positions",
+        E + "bert: inputs of 600 tokens need 600 position embeddings, the model has 512; pass --inference_max_length "
+        "512 or less"),
+    Row("csekit train clsr --inference_max_length 600", "published length beyond the positions",
+        E + "bert: inputs of 600 tokens need 600 position embeddings, the model has 512; pass --inference_max_length "
+        "512 or less"),
     Row("csekit train simcse --gradient_accumulation_steps 0", "no accumulation step",
         E + "--gradient_accumulation_steps 0: must be 1 or more (1 = no accumulation)"),
     Row("csekit train simcse --num_train_epochs 0", "no training step", E + NO_EPOCHS),
@@ -238,7 +262,8 @@ ROWS = [
     Row("csekit train clsr --model_name_or_path pickle-only", "pickled weights only", E + PICKLE),
     Row("csekit train clsr --model_name_or_path big-vocab", "tokenizer larger than the embedding matrix",
         E + BIG_VOCAB),
-    Row("csekit train clsr --learning_rate -1", "negative learning rate", E + "--learning_rate -1: must be 0 or more"),
+    Row("csekit train clsr --learning_rate -1", "negative learning rate",
+        E + "--learning_rate -1: must be > 0 (at 0 no update changes the model)"),
     Row("csekit train clsr --num_train_epochs 0", "no training step", E + NO_EPOCHS),
     Row("csekit train clsr --resume_from_checkpoint nosuch", "missing resume folder",
         E + "--resume_from_checkpoint nosuch: no such folder; give a checkpoint-N folder or 'last'"),
@@ -332,11 +357,11 @@ ROWS = [
     # resume: the uninterrupted run's setup, a csekit checkpoint
     Row("csekit train simcse --output_dir resumable --resume_from_checkpoint resumable/checkpoint-2",
         "checkpoint of another batch size", E + "--resume_from_checkpoint resumable/checkpoint-2: the checkpoint was "
-        "made with another setup (per_device_train_batch_size 16 -> 64); resume with its settings, or pass "
+        "made with another setup (--per_device_train_batch_size 16 -> 64); resume with its settings, or pass "
         "--resume_accept_changes true to continue anyway (the run records it)"),
     Row("csekit train whitenedcse --output_dir resumable --resume_from_checkpoint resumable/checkpoint-2",
         "checkpoint of another method", E + "--resume_from_checkpoint resumable/checkpoint-2: the checkpoint was made "
-        "with another setup (method csekit-simcse -> csekit-whitenedcse; per_device_train_batch_size 16 -> 64); …"),
+        "with another setup (method csekit-simcse -> csekit-whitenedcse; --per_device_train_batch_size 16 -> 64); …"),
     Row("csekit train simcse --resume_from_checkpoint foreign/checkpoint-2", "checkpoint csekit did not write",
         E + "--resume_from_checkpoint foreign/checkpoint-2: not a csekit checkpoint (no csekit_run.json); give a "
         "checkpoint-N folder that a csekit run of this method wrote, or start without it"),

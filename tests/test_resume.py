@@ -31,6 +31,10 @@ class Interrupted(Exception):
     pass
 
 
+class Killed(Exception):
+    """A kill after training, in the final save, scoring or commit."""
+
+
 class Probe(TrainerCallback):
     """What one ``trainer.train()`` did: where it started (step, scheduler, optimizer state) and the steps it ran."""
 
@@ -159,32 +163,73 @@ def test_recipe_killed_mid_run_resumes_to_the_uninterrupted_result(tiny_backbone
         torch.testing.assert_close(resumed_model[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
 
 
-def test_resume_with_another_setup_is_refused_unless_accepted_and_then_recorded(tiny_backbone, corpus, tmp_path,
-                                                                               capsys):
+def test_resume_with_another_setup_is_refused_naming_each_flag_unless_accepted_and_then_recorded(
+        tiny_backbone, corpus, tmp_path, capsys):
+    """The checkpoint records every setting that changes the trained model (the argument groups less the commented
+    bookkeeping list); a resume that changes any of them is refused naming the flag and both values."""
     from csekit import cli
 
     out = tmp_path / "out"
     argv = ["train", "simcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(corpus), "--output_dir",
-            str(out), "--max_steps", "4", "--save_steps", "2", "--eval_strategy", "no", "--load_best_model_at_end",
+            str(out), "--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no", "--load_best_model_at_end",
             "false", "--max_seq_length", "16", "--do_test_eval", "false", "--disable_tqdm", "true",
-            "--keep_checkpoints", "true"]
-    assert cli.main([*argv, "--per_device_train_batch_size", "8", "--max_steps", "2"]) == 0
+            "--keep_checkpoints", "true", "--per_device_train_batch_size", "8"]
+    assert cli.main(argv) == 0
     record = json.loads((out / "checkpoint-2" / "csekit_run.json").read_text())
-    assert record == {"method": "csekit-simcse", "per_device_train_batch_size": 8, "processes": 1,
-                      "gradient_accumulation_steps": 1}
+    assert {key: record[key] for key in ("method", "processes", "per_device_train_batch_size", "learning_rate",
+                                         "max_seq_length", "train_file", "temperature", "padding_free")} == {
+        "method": "csekit-simcse", "processes": 1, "per_device_train_batch_size": 8, "learning_rate": 3e-5,
+        "max_seq_length": 16, "train_file": str(corpus), "temperature": 0.05, "padding_free": True}
+    assert not {"output_dir", "logging_steps", "save_steps", "report_to", "hub_token", "resume_from_checkpoint"} & set(
+        record)
     capsys.readouterr()
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    for change, difference in ((["--per_device_train_batch_size", "16"], "per_device_train_batch_size 8 -> 16"),
-                               (["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2"],
-                                "gradient_accumulation_steps 1 -> 2")):
+    restored = " (cannot take effect: the restored optimizer keeps the checkpoint's)"
+    for change, difference in (
+            (["--per_device_train_batch_size", "16"], "--per_device_train_batch_size 8 -> 16"),
+            (["--gradient_accumulation_steps", "2"], "--gradient_accumulation_steps 1 -> 2"),
+            (["--mini_batch_size", "4"], "--mini_batch_size None -> 4"),
+            (["--matryoshka_dims", "16"], f"--matryoshka_dims {record['matryoshka_dims']} -> [16]"),
+            (["--learning_rate", "1e-3"], f"--learning_rate 3e-05 -> 0.001{restored}"),
+            (["--max_seq_length", "12", "--temperature", "0.1"],
+             "--temperature 0.05 -> 0.1; --max_seq_length 16 -> 12"),
+            (["--padding_free", "false"], "--padding_free True -> False")):
         assert cli.main([*argv, *change, "--resume_from_checkpoint", "last"]) == 2
         [line] = capsys.readouterr().err.strip().splitlines()[-1:]
         assert line == (f"csekit: error: --resume_from_checkpoint {out}/checkpoint-2: the checkpoint was made with "
                         f"another setup ({difference}); resume with its settings, or pass --resume_accept_changes "
                         "true to continue anyway (the run records it)")
         assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
-    assert cli.main([*argv, "--per_device_train_batch_size", "16", "--resume_from_checkpoint", "last",
+    assert cli.main([*argv, "--learning_rate", "1e-3", "--logging_steps", "1", "--resume_from_checkpoint", "last",
                      "--resume_accept_changes", "true"]) == 0
     recorded = json.loads((out / "training_args.json").read_text())["resume"]
     assert recorded == {"checkpoint": f"{out}/checkpoint-2",
-                        "accepted_changes": ["per_device_train_batch_size 8 -> 16"]}
+                        "accepted_changes": [f"--learning_rate 3e-05 -> 0.001{restored}"]}
+
+
+@pytest.mark.parametrize("stage", ["finish_run", "commit_files"])
+def test_a_kill_after_the_last_checkpoint_resumes_to_zero_steps_and_the_uninterrupted_folder(stage, tiny_backbone,
+                                                                                             corpus, tmp_path,
+                                                                                             monkeypatch):
+    """A kill in the final save, scoring or commit leaves a checkpoint at the run's last step; resuming from it runs
+    no step and ends with the uninterrupted run's model (the best STS-B dev checkpoint)."""
+    import csekit.trainers.runner as runner
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    train(tiny_backbone, corpus, full)
+    real = getattr(runner, stage)
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(runner, stage, killed)
+    with pytest.raises(Killed):
+        train(tiny_backbone, corpus, cut)
+    assert (cut / f"checkpoint-{STEPS}").is_dir() and not (cut / "config.json").exists()
+    monkeypatch.setattr(runner, stage, real)
+    resumed = train(tiny_backbone, corpus, cut, "--resume_from_checkpoint", "last")
+    assert resumed.start_step == STEPS and resumed.steps == []
+    full_weights, cut_weights = load_weights(full), load_weights(cut)
+    assert full_weights.keys() == cut_weights.keys()
+    for name, tensor in full_weights.items():
+        torch.testing.assert_close(cut_weights[name], tensor, rtol=0, atol=0, msg=name)

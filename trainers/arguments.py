@@ -171,8 +171,8 @@ class CSETrainingArguments(TrainingArguments):
         "help": "Continue from 'last' (the newest complete checkpoint in --output_dir) or a checkpoint folder; the "
                 "result equals the uninterrupted run."})
     resume_accept_changes: bool = field(default=False, metadata={
-        "help": "Resume from a checkpoint made with another per-device batch, number of processes or accumulation "
-                "(refused otherwise: the result is not the uninterrupted run's); training_args.json records it."})
+        "help": "Resume from a checkpoint made with other settings (refused otherwise, naming each: the result is not "
+                "the uninterrupted run's); training_args.json records the changes and which cannot take effect."})
     push_to_hub: bool = field(default=False, metadata={
         "help": "Publish the final model to --hub_model_id once, after the test evaluation, as `csekit push` does "
                 "(checkpoints are never pushed)."})
@@ -381,6 +381,40 @@ def parse_recipe_args(
     return groups
 
 
+# The fields of a run's argument groups that do not change the trained model; a resume may change them freely. Every
+# other field (method, data, training, extra flags) is in the resume record (setup_record) and compared by
+# csekit.preflight.check_resume. Evaluation cadence is not here: STS-B dev scores select the final model.
+BOOKKEEPING_FIELDS = frozenset({
+    # where the run writes and what it keeps
+    "output_dir", "overwrite_output_dir", "keep_checkpoints", "logging_dir", "data_dir", "cache_dir",
+    # logging and progress
+    "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
+    "log_level", "log_level_replica", "disable_tqdm", "include_num_input_tokens_seen", "skip_memory_metrics",
+    # saving checkpoints (a checkpoint holds the state, not the model's course)
+    "save_strategy", "save_steps", "save_total_limit", "save_on_each_node", "save_only_model", "save_epochs",
+    "enable_jit_checkpoint",
+    # reporting and publishing
+    "report_to", "run_name", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
+    "push_to_hub", "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
+    # the resume flags themselves, and the test scores computed after training
+    "resume_from_checkpoint", "resume_accept_changes", "do_test_eval", "do_predict",
+    # how fast data reaches the model (the batches are the same)
+    "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
+    "dataloader_multiprocessing_context", "torch_threads", "encode_batch_size", "per_device_eval_batch_size",
+    "eval_accumulation_steps", "torch_empty_cache_steps", "ddp_timeout", "local_rank",
+})
+
+
+def setup_record(method: str, processes: Optional[int], **groups) -> dict:
+    """What a resume must match (``csekit_run.json`` in every checkpoint): the method, the processes and every
+    field of the argument ``groups`` except :data:`BOOKKEEPING_FIELDS`, as JSON values."""
+    record = {"method": method, **({"processes": processes} if processes is not None else {})}
+    for group in groups.values():
+        values = group.to_dict() if hasattr(group, "to_dict") else dataclasses.asdict(group)
+        record.update({key: value for key, value in values.items() if key not in BOOKKEEPING_FIELDS})
+    return json.loads(json.dumps(record, default=str))
+
+
 def write_arguments(output_dir, **groups) -> None:
     """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
     record = {name: (value.to_dict() if hasattr(value, "to_dict") else value if isinstance(value, dict)
@@ -392,5 +426,5 @@ __all__ = [
     "COMMON_TRAINING_FLAGS", "CSETrainingArguments", "ContrastiveDataArguments", "DataArguments",
     "RecipeArgumentParser", "build_recipe_parser", "config_fields", "config_kwargs", "configs_dir",
     "docstring_arguments", "model_arguments", "parse_recipe_args", "read_config_file", "resolve_recipe_config",
-    "shipped_configs", "write_arguments",
+    "setup_record", "shipped_configs", "write_arguments",
 ]

@@ -33,6 +33,7 @@ from ..errors import DataError
 from ..evaluation.sts import CachedSTSEvaluator
 from ..modeling.losses import nt_xent_loss
 from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, RUN_RECORD, check_training_arguments, find_checkpoint
+from .arguments import setup_record
 from .clsr_data import HeldOutSentences, PairCorpus, assert_disjoint_from_held_out, require_full_batch
 from .lars import LARS, lars_param_groups
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
@@ -86,15 +87,15 @@ class CLSRTrainingArguments:
                 "outside the steps (the vector cache), and the head trains on vectors, so the paper's 512 pairs fit "
                 "whole."})
 
-    def run_record(self) -> dict:
-        """The setup a resume from this run's checkpoints must match (:func:`csekit.preflight.check_resume`)."""
-        return {"method": "csekit-clsr", "per_device_train_batch_size": self.per_device_train_batch_size}
-
     def __post_init__(self):
         check_training_arguments(self)
         if self.mini_batch_size is not None:
             raise DataError("--mini_batch_size does not apply to clsr: its frozen encoder runs once per sentence "
                             "outside the steps and the head trains on cached vectors, so every batch fits whole")
+        if self.per_device_train_batch_size == 1:  # each process trains the same head on the whole batch
+            raise DataError(f"--per_device_train_batch_size {self.per_device_train_batch_size}: a batch of one pair "
+                            "gives its anchors no negative, so the contrastive loss is constant and nothing trains; "
+                            "use 2 or more")
         if self.eval_epochs < 1 or self.warmup_epochs < 0 or self.save_epochs < 0:
             raise DataError("--eval_epochs must be >= 1, --warmup_epochs and --save_epochs >= 0")
 
@@ -174,11 +175,14 @@ class CLSRTrainer:
             ``corpus.contaminated`` (overlap kept on purpose, and reported).
         dev_evaluator: optional :class:`CachedSTSEvaluator` on STS-B dev for model selection.
         is_main_process: whether this process writes the checkpoints (``args.save_epochs``).
+        run_record: what a resume must match, written into each checkpoint (the recipe's
+            :func:`~csekit.trainers.arguments.setup_record` of all its argument groups; default: the training
+            arguments alone).
     """
 
     def __init__(self, model, args: CLSRTrainingArguments, train_vectors: torch.Tensor, corpus: PairCorpus,
                  held_out: HeldOutSentences, dev_evaluator: Optional[CachedSTSEvaluator] = None,
-                 is_main_process: bool = True):
+                 is_main_process: bool = True, run_record: Optional[dict] = None):
         if train_vectors.shape[0] != len(corpus.sentences):
             raise ValueError(f"{train_vectors.shape[0]} vectors for {len(corpus.sentences)} sentences")
         require_full_batch(corpus, args.per_device_train_batch_size)
@@ -188,6 +192,7 @@ class CLSRTrainer:
         self.held_out = held_out
         self.dev_evaluator = dev_evaluator
         self.is_main_process = is_main_process  # every process trains the same head; one writes checkpoints
+        self.run_record = run_record or setup_record("csekit-clsr", None, training_args=args)
         self.device = next(model.mlp.parameters()).device
         self.train_vectors = train_vectors.to(self.device)
         self.pairs = corpus.pairs.to(self.device)
@@ -225,7 +230,7 @@ class CLSRTrainer:
             if (self.args.save_epochs and (epoch + 1) % self.args.save_epochs == 0 and not last
                     and self.is_main_process):
                 save_checkpoint(self.args.output_dir, epoch + 1, run.trainable, run.optimizer, run.scheduler,
-                                run.generator, run.best, run.history, run.epoch_losses, self.args.run_record())
+                                run.generator, run.best, run.history, run.epoch_losses, self.run_record)
         if writer is not None:
             writer.close()
         return self._finish(run, time.perf_counter() - start)

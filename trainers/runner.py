@@ -38,12 +38,13 @@ from .arguments import (
     config_kwargs,
     model_arguments,
     parse_recipe_args,
+    setup_record,
     write_arguments,
 )
 from .collators import ContrastiveCollator, enable_padding_free
 from .data import PAIR_COLUMNS, load_training_dataset
 from .output_dir import RunFolder
-from .trainer import require_finite_weights, run_record
+from .trainer import require_finite_weights
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +177,17 @@ def scores_at_sizes(test: STSEvaluator, encode: Callable[[list], object], sizes:
             for size in sizes}
 
 
+def check_lengths(model_args, model_path: str, tokenizer, **lengths) -> None:
+    """Every length the run will feed the backbone fits its position embeddings and leaves room for a word
+    (:func:`~csekit.preflight.check_model_inputs`): ``lengths`` (``max_seq_length=32``) and the published model's
+    ``--inference_max_length``."""
+    lengths = {**lengths, "inference_max_length": getattr(model_args, "inference_max_length", None)}
+    config = read_model_config(model_path)
+    for flag, length in lengths.items():
+        if length is not None:
+            check_model_inputs(model_args.model_name_or_path, config, tokenizer, length, f"--{flag}")
+
+
 def base_model_scores(name_or_path: str, test: STSEvaluator) -> dict:
     """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, as ``csekit evaluate``
     scores it (a sentence-transformers folder with its own pooling, a csekit folder with its pooler, a bare encoder
@@ -228,8 +240,10 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     check_not_an_input(training_args.output_dir, "--output_dir", [model_args.model_name_or_path])
     folder = RunFolder(training_args.output_dir, data_args.overwrite_output_dir, main=training_args.process_index == 0)
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
-    accepted = (check_resume(resume, run_record(recipe.config_class.model_type, training_args),
-                             training_args.resume_accept_changes) if resume else [])
+    record = setup_record(recipe.config_class.model_type, training_args.world_size, model_args=model_args,
+                          data_args=data_args, training_args=training_args,
+                          **({"extra_args": extra_args} if extra_args else {}))
+    accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
     set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)
     dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
@@ -239,8 +253,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         GeometryEvaluator(data_dir, isoscore_sentences=[])  # the card's figure reads STS-B train: checked now
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
-    check_model_inputs(model_args.model_name_or_path, read_model_config(model_path), tokenizer,
-                       data_args.max_seq_length, "--max_seq_length")
+    check_lengths(model_args, model_path, tokenizer, max_seq_length=data_args.max_seq_length)
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
     train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
                                           data_args.max_train_samples)
@@ -249,6 +262,10 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         accepted = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
         raise DataError(f"{data_args.train_file}: columns {','.join(columns)}, but {recipe.method.name} trains on "
                         f"{accepted} (a .txt is one sentence a line)")
+    if recipe.trainer_class.negatives_per_anchor(global_batch, columns) < 1:
+        raise DataError(f"--per_device_train_batch_size {training_args.per_device_train_batch_size} x "
+                        f"{training_args.world_size} process(es): each anchor would see no negative, so the "
+                        "contrastive loss is constant and nothing trains; use 2 or more examples per step")
     if training_args.mini_batch_size and not recipe.method.gradient_caching:
         raise DataError(f"--mini_batch_size: {recipe.method.name} does not support gradient caching (the registry's "
                         "gradient_caching capability)")
@@ -274,6 +291,7 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         processing_class=tokenizer,
         sts_evaluator=dev,
     )
+    trainer.setup_record = record
     batch = batch_record(trainer, columns)
     logger.info(describe_batch(batch))
     folder.acquire(lock=trainer.is_world_process_zero())
@@ -330,5 +348,5 @@ def main_guard(main: Callable, argv: Optional[list] = None) -> None:
         sys.exit(code)
 
 
-__all__ = ["ContrastiveRecipe", "batch_record", "describe_batch", "finish_run", "main_guard", "run_recipe",
-           "training_curve"]
+__all__ = ["ContrastiveRecipe", "batch_record", "check_lengths", "describe_batch", "finish_run", "main_guard",
+           "run_recipe", "training_curve"]

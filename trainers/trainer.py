@@ -33,12 +33,14 @@ TRAINER_STATE = "trainer_state.json"
 CACHING_DISTRIBUTED_TYPES = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
 
 
-def run_record(method: str, args) -> dict:
-    """The setup a resume from a run's checkpoints must match (:func:`csekit.preflight.check_resume`): the method
-    (its config's ``model_type``), the per-process batch, the processes and the accumulation, which together make
-    each step's batch and its negatives."""
-    return {"method": method, "per_device_train_batch_size": args.per_device_train_batch_size,
-            "processes": args.world_size, "gradient_accumulation_steps": args.gradient_accumulation_steps}
+def run_record(model, args) -> dict:
+    """The setup a resume from a run's checkpoints must match (:func:`csekit.preflight.check_resume`) when the
+    recipe gave the trainer none: the method (its config's ``model_type``), the processes, every training argument
+    and every method setting of the model's config (:func:`~csekit.trainers.arguments.setup_record`)."""
+    from .arguments import config_fields, setup_record
+
+    config = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
+    return setup_record(model.config.model_type, args.world_size, training_args=args, model_args=config)
 
 
 def model_inputs(inputs: dict) -> dict:
@@ -341,6 +343,15 @@ class ContrastiveTrainer(Trainer):
     def _get_output_dir(self, trial) -> str:
         return self._checkpoint_run_dir or super()._get_output_dir(trial)
 
+    def _run_epoch(self, *args, **kwargs):
+        """The Trainer's epoch, unless the run already made its last step: a resume from the checkpoint of the last
+        step (a kill in the final save, scoring or commit) trains nothing more and ends as the uninterrupted run
+        (the Trainer's loop would take one step before checking)."""
+        if self.state.max_steps and self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _save_checkpoint(self, model, trial) -> None:
         """The Trainer's checkpoint, visible only when complete. The Trainer writes ``checkpoint-N`` (model,
         optimizer, scheduler, random states, ``trainer_state.json`` last) into the hidden ``.partial-checkpoint-N``
@@ -414,8 +425,11 @@ class ContrastiveTrainer(Trainer):
         if self.args.should_save and os.path.exists(pickled):
             os.remove(pickled)
 
+    # the recipe's record of the whole run (its data settings too: trainers/runner.py); else run_record()'s
+    setup_record: Optional[dict] = None
+
     def run_record(self) -> dict:
-        return run_record(self.accelerator.unwrap_model(self.model).config.model_type, self.args)
+        return self.setup_record or run_record(self.accelerator.unwrap_model(self.model), self.args)
 
     def push_to_hub(
         self, commit_message: str = "End of training", private: Optional[bool] = None, token: Optional[str] = None
