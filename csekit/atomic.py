@@ -17,13 +17,20 @@ import errno
 import fnmatch
 import glob
 import json
+import logging
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
+
+from .errors import DataError
+
+logger = logging.getLogger(__name__)
+LOCK = ".csekit-lock"
 
 # the top-level files a saved model folder is made of (weights and shards, config and code files, tokenizer files,
 # arguments, scores, card and figure): a commit removes old ones the new set lacks, and nothing else (a log, a
@@ -171,23 +178,105 @@ def recover_abandoned(destination) -> list:
 
 
 @contextlib.contextmanager
-def staged_folder(destination, replace: bool = False) -> Iterator[Path]:
+def staged_folder(destination, replace: bool = False, flag: Optional[str] = None) -> Iterator[Path]:
     """Yield an empty temporary folder next to ``destination``; when the block ends without an error it becomes
     ``destination`` (an existing one is replaced only with ``replace``, see :func:`move_into_place`). On an error
-    nothing is left."""
+    nothing is left. ``flag`` (the command's option for ``destination``) locks it for the block: a second writer of
+    the same folder is refused in one line naming the first (:class:`RunLock`)."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    recover_abandoned(destination)
-    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.{os.getpid()}-",
-                                    suffix=".tmp"))
+    lock = RunLock(destination.parent / f".{destination.name}{LOCK}", flag, destination).acquire() if flag else None
     try:
-        yield staging
-        if destination.exists() and not replace:
-            raise FileExistsError(f"{destination} already exists")
-        apply_default_modes(staging)  # mkdtemp's folder is 0o700
-        move_into_place(staging, destination)
+        recover_abandoned(destination)
+        staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.{os.getpid()}-",
+                                        suffix=".tmp"))
+        try:
+            yield staging
+            if destination.exists() and not replace:
+                raise DataError(f"{flag or destination} {destination}: written by another process meanwhile; pass "
+                                "--overwrite to replace it")
+            apply_default_modes(staging)  # mkdtemp's folder is 0o700
+            move_into_place(staging, destination)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if lock is not None:
+            lock.release()
+
+
+class RunLock:
+    """The lock file ``path`` (a training run's ``--output_dir/.csekit-lock``, an export's ``.OUT.csekit-lock``
+    beside its folder): its holder's pid and host, created whole (written to a temporary file, then hard-linked: the
+    link fails when a lock exists) and removed by :meth:`release`. ``flag`` names the option in the refusal."""
+
+    def __init__(self, path, flag: str, target=None):
+        self.path, self.flag = Path(path), flag
+        self.target = Path(target) if target is not None else self.path.parent  # the folder the lock is for
+        self.record = {"pid": os.getpid(), "host": socket.gethostname()}
+
+    def holder(self) -> Optional[dict]:
+        try:
+            record = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}  # being written, or damaged: treated as held
+        return record if isinstance(record, dict) else {}
+
+    def stale(self, holder: dict) -> bool:
+        """A lock of a process on this host that is no longer running (one on another host cannot be checked)."""
+        pid = holder.get("pid")
+        return holder.get("host") == self.record["host"] and isinstance(pid, int) and not process_alive(pid)
+
+    def busy(self) -> bool:
+        holder = self.holder()
+        return holder is not None and not self.stale(holder)
+
+    def acquire(self) -> "RunLock":
+        handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f"{self.path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w") as stream:
+                json.dump(self.record, stream)
+            for _ in range(2):  # a second try after taking over a dead process's lock
+                try:
+                    os.link(temporary, self.path)
+                    return self
+                except FileExistsError:
+                    holder = self.holder()
+                    if holder is None:
+                        continue
+                    pid, host = holder.get("pid"), holder.get("host")
+                    if self.stale(holder):
+                        logger.warning("%s: taking over the lock of process %d, which is no longer running",
+                                       self.target, pid)
+                        self.path.unlink(missing_ok=True)
+                        continue
+                    who = f"process {pid} on {host}" if pid else "another run"
+                    raise DataError(f"{self.flag} {self.target}: in use by {who} ({self.path}); wait for it to "
+                                    f"end or choose another {self.flag} (delete the lock file only if that run is "
+                                    "gone)")
+            raise DataError(f"{self.flag} {self.target}: could not take {self.path}; try again")
+        finally:
+            os.remove(temporary)
+
+    def release(self) -> None:
+        if self.holder() == self.record:
+            self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def work_folder(destination) -> Iterator[Path]:
+    """A scratch folder beside ``destination`` (same file system, so a file built there is renamed into the
+    staged folder atomically, never copied across disks), removed when the block ends; one a killed process left is
+    removed by the next :func:`staged_folder` of the same destination."""
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.{os.getpid()}-work-",
+                                 suffix=".tmp"))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_FOLDER_FILES) -> Path:
@@ -238,7 +327,7 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
 
 
 __all__ = [
-    "apply_default_modes", "commit_files", "default_mode", "exchange", "move_into_place", "private_folder",
-    "process_alive", "recover_abandoned", "remove_abandoned", "staged_folder", "write_bytes", "write_json",
-    "write_text",
+    "LOCK", "RunLock", "apply_default_modes", "commit_files", "default_mode", "exchange", "move_into_place",
+    "private_folder", "process_alive", "recover_abandoned", "remove_abandoned", "staged_folder", "work_folder",
+    "write_bytes", "write_json", "write_text",
 ]

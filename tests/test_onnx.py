@@ -2,6 +2,10 @@
 equal to ``encode`` on the STS-B test sentences; its int8 variant; ``csekit evaluate --backend onnx``; refusals."""
 
 import json
+import os
+import shutil
+import subprocess
+import tempfile
 
 import numpy as np
 import pytest
@@ -133,3 +137,91 @@ def test_a_missing_onnxruntime_is_one_line_naming_the_extra(exported, monkeypatc
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors == ["csekit: error: --backend onnx needs onnxruntime: pip install 'csekit[onnx]'",
                       "csekit: error: export-onnx needs onnxruntime: pip install 'csekit[onnx]'"]
+
+
+def test_a_bare_tokenizers_runtime_gives_encodes_vectors_on_long_text(exported):
+    """The shipped tokenizer.json truncates at the recorded length, so tokenizers + onnxruntime alone (no csekit,
+    no transformers) feed the graph what encode feeds the model."""
+    import onnxruntime
+    from tokenizers import Tokenizer
+
+    folder = exported["root"] / "fp32"
+    long = " ".join(["the quick brown fox jumps over the lazy dog"] * 80)  # over 700 tokens
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    encoding = tokenizer.encode(long)
+    record = json.loads((folder / "onnx_export.json").read_text())
+    assert len(encoding.ids) == record["max_length"]
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    feed = {"input_ids": np.array([encoding.ids], dtype=np.int64),
+            "attention_mask": np.array([encoding.attention_mask], dtype=np.int64)}
+    actual = session.run(["sentence_embedding"], feed)[0]
+    np.testing.assert_allclose(actual, exported["model"].encode([long], normalize=True), atol=1e-5, rtol=0)
+
+
+def test_the_export_is_checked_on_200_sentences_of_varied_length(exported):
+    from csekit.publishing.onnx_export import check_sentences
+
+    lengths = [len(sentence.split()) for sentence in check_sentences()]
+    assert len(lengths) == 200 and min(lengths) <= 5 and max(lengths) >= 290
+    for name in ("fp32", "int8"):
+        check = json.loads((exported["root"] / name / "onnx_export.json").read_text())["check"]
+        assert check["sentences"] == 200 and 0 < check["min_cosine"] <= check["mean_cosine"] <= 1.0 + 1e-6
+
+
+def test_a_damaged_graph_another_opset_and_a_second_writer_are_one_line(exported, tmp_path, capsys):
+    from csekit.atomic import RunLock
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(exported["root"] / "fp32", damaged)
+    graph = damaged / "model.onnx"
+    graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
+    out = tmp_path / "out"
+    held = RunLock(tmp_path / ".out.csekit-lock", "OUT", out)  # another export of the same folder, running
+    held.record = {"pid": 1, "host": held.record["host"]}  # a live process (init) holds it
+    held.acquire()
+    capsys.readouterr()
+    cases = [(["evaluate", str(damaged), "--backend", "onnx"], "onnxruntime cannot load this graph"),
+             (["export-onnx", str(exported["root"] / "model"), str(tmp_path / "opset7"), "--opset", "7"],
+              "--opset 7: torch's exporter wrote opset 18"),
+             (["export-onnx", str(exported["root"] / "model"), str(out)], "OUT " + str(out) + ": in use by process 1")]
+    for argv, message in cases:
+        assert cli.main(argv) == 2, argv
+        error = [line for line in capsys.readouterr().err.strip().splitlines() if "Loading weights" not in line]
+        assert len(error) == 1 and message in error[0], (argv, error)
+    assert not out.exists() and not (tmp_path / "opset7").exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".out.csekit-lock", "damaged"]
+
+
+@pytest.fixture
+def second_disk(tmp_path):
+    """A tmpfs mounted for the test: a real second file system beside the temporary folder (root only)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_every_staged_write_works_on_another_file_system(exported, second_disk, data_dir, capsys):
+    """export-onnx, export-st, card and evaluate --output onto a second file system (no cross-device rename), then
+    the same export onto a full one: one line, nothing left behind."""
+    assert os.stat(second_disk).st_dev != os.stat(tempfile.gettempdir()).st_dev
+    model = exported["root"] / "model"
+    assert cli.main(["export-onnx", str(model), str(second_disk / "onnx")]) == 0
+    assert cli.main(["export-st", str(model), str(second_disk / "st")]) == 0
+    shutil.copytree(model, second_disk / "model")
+    assert cli.main(["evaluate", str(model), "--output", str(second_disk / "model" / "eval_results.json")]) == 0
+    assert cli.main(["card", str(second_disk / "model"), "--figure", "never"]) == 0
+    assert (second_disk / "onnx" / "model.onnx").is_file() and (second_disk / "st" / "modules.json").is_file()
+    filler = second_disk / "filler"
+    free = os.statvfs(second_disk).f_bavail * os.statvfs(second_disk).f_frsize
+    filler.write_bytes(b"\0" * max(free - 2**20, 0))  # 1 MiB left: less than the graph
+    capsys.readouterr()
+    assert cli.main(["export-onnx", str(model), str(second_disk / "full")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "no space left on device" in line
+    assert not (second_disk / "full").exists() and not list(second_disk.glob(".full*"))

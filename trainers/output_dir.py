@@ -13,19 +13,16 @@ import json
 import logging
 import os
 import shutil
-import socket
-import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
-from ..atomic import private_folder, process_alive
+from ..atomic import LOCK, RunLock, private_folder
 from ..errors import DataError, storage_error
 from ..loading import ARGUMENTS_FILE
 from ..preflight import check_output_dir, checkpoint_problem, find_checkpoint
 
 logger = logging.getLogger(__name__)
 
-LOCK = ".csekit-lock"
 STAGING_PREFIX = ".csekit-staging"
 PARTIAL_CHECKPOINT_PREFIX = ".partial-checkpoint-"  # a checkpoint being written (see ContrastiveTrainer)
 
@@ -59,64 +56,6 @@ def partial_checkpoint(partial: Path, checkpoint: Path, kept: Callable[[], str])
             from error
 
 
-class RunLock:
-    """``folder/.csekit-lock``, created whole (written to a temporary file, then hard-linked: the link fails when a
-    lock exists) and removed by :meth:`release`."""
-
-    def __init__(self, folder: Path):
-        self.path = Path(folder) / LOCK
-        self.record = {"pid": os.getpid(), "host": socket.gethostname()}
-
-    def holder(self) -> Optional[dict]:
-        try:
-            record = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {}  # being written, or damaged: treated as held
-        return record if isinstance(record, dict) else {}
-
-    def stale(self, holder: dict) -> bool:
-        """A lock of a process on this host that is no longer running (one on another host cannot be checked)."""
-        pid = holder.get("pid")
-        return holder.get("host") == self.record["host"] and isinstance(pid, int) and not process_alive(pid)
-
-    def busy(self) -> bool:
-        holder = self.holder()
-        return holder is not None and not self.stale(holder)
-
-    def acquire(self) -> "RunLock":
-        handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f"{LOCK}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w") as stream:
-                json.dump(self.record, stream)
-            for _ in range(2):  # a second try after taking over a dead process's lock
-                try:
-                    os.link(temporary, self.path)
-                    return self
-                except FileExistsError:
-                    holder = self.holder()
-                    if holder is None:
-                        continue
-                    pid, host = holder.get("pid"), holder.get("host")
-                    if self.stale(holder):
-                        logger.warning("%s: taking over the lock of process %d, which is no longer running",
-                                       self.path.parent, pid)
-                        self.path.unlink(missing_ok=True)
-                        continue
-                    who = f"process {pid} on {host}" if pid else "another run"
-                    raise DataError(f"--output_dir {self.path.parent}: in use by {who} ({self.path}); wait for it to "
-                                    "end or choose another --output_dir (delete the lock file only if that run is "
-                                    "gone)")
-            raise DataError(f"--output_dir {self.path.parent}: could not take {self.path}; try again")
-        finally:
-            os.remove(temporary)
-
-    def release(self) -> None:
-        if self.holder() == self.record:
-            self.path.unlink(missing_ok=True)
-
-
 class RunFolder:
     """The output folder of one run: checked when made, then locked (:meth:`acquire`, :class:`RunLock`) with a
     staging folder of its own (``staging``).
@@ -135,7 +74,7 @@ class RunFolder:
                             "--overwrite_output_dir true")
         self.folder = folder
         self.staging = None  # made by acquire()
-        self.lock = RunLock(folder)
+        self.lock = RunLock(folder / LOCK, "--output_dir")
         # say so now (the main process: the others would see its lock); acquire() settles races at the start
         if main and folder.is_dir() and self.lock.busy():
             self.lock.acquire()  # raises, naming the holder (unless it has just ended)

@@ -17,14 +17,13 @@ OUT --backend onnx`` scores the exported folder as it is served.
 
 import contextlib
 import json
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from ..atomic import staged_folder, write_json
+from ..atomic import staged_folder, work_folder, write_json
 from ..errors import DataError
 from ..loading import resolve_model_path
 from ..preflight import check_output_dir, read_model_config
@@ -36,6 +35,15 @@ QUANTIZATIONS = ("int8",)
 OPSET = 18
 TOLERANCE = 1e-5
 INPUTS = ("input_ids", "attention_mask")
+CHECK_SENTENCES = 200
+
+
+def check_sentences(count: int = CHECK_SENTENCES) -> list:
+    """``count`` deterministic sentences of varied length (3 to about 300 words, past most models' maximum, so the
+    truncation is checked too), built from the probe sentences' words: what the export is checked on."""
+    words = " ".join(PROBE_SENTENCES).split()
+    return [" ".join(words[(index * 7 + offset) % len(words)] for offset in range(3 + (index * 37) % 300))
+            for index in range(count)]
 
 
 def require_modules(command: str, modules: tuple) -> None:
@@ -116,11 +124,38 @@ def quiet_exporter():
 
 
 def inference_session(path: Path):
+    """An onnxruntime session of the graph at ``path``; a file onnxruntime cannot read (truncated, damaged, not a
+    graph) is one line."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # onnxruntime's own warnings about unused initialisers are not the user's
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    try:
+        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's own exception types (InvalidProtobuf, Fail, ...) derive from it
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise DataError(f"{path}: onnxruntime cannot load this graph ({reason}); export it again with "
+                        "`csekit export-onnx`") from None
+
+
+def truncate_shipped_tokenizer(path: Path, max_length: Optional[int]) -> None:
+    """Set truncation at ``max_length`` in the exported ``tokenizer.json``, so a runtime that uses the file as shipped
+    (``tokenizers`` + onnxruntime, without csekit or transformers) feeds the graph what ``encode`` feeds the model."""
+    if max_length is None or not path.is_file():
+        return
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.enable_truncation(max_length=max_length)
+    tokenizer.save(str(path))
+
+
+def written_opset(path: Path) -> int:
+    """The ONNX (default-domain) opset the graph file at ``path`` declares."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
 
 
 def export_onnx(model: str, out_dir, quantize: Optional[str] = None, opset: int = OPSET,
@@ -135,11 +170,11 @@ def export_onnx(model: str, out_dir, quantize: Optional[str] = None, opset: int 
         raise DataError(f"{out_dir} already exists (pass --overwrite to replace it)")
     st = load_sentence_transformer(str(model))
     max_length = st.max_seq_length
-    probe = list(PROBE_SENTENCES)
-    expected = st.encode(probe, convert_to_numpy=True, batch_size=len(probe))
+    probe = check_sentences()
+    expected = st.encode(probe, convert_to_numpy=True, batch_size=32)
     tokens = st.tokenizer(probe[:2], padding=True, return_tensors="pt")
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    with tempfile.TemporaryDirectory() as work, staged_folder(out_dir, replace=overwrite) as staged:
+    with work_folder(out_dir) as work, staged_folder(out_dir, replace=overwrite, flag="OUT") as staged:
         graph = Path(work) / GRAPH_FILE
         with torch.no_grad(), quiet_exporter():
             program = torch.onnx.export(
@@ -147,6 +182,10 @@ def export_onnx(model: str, out_dir, quantize: Optional[str] = None, opset: int 
                 input_names=list(INPUTS), output_names=["sentence_embedding"], opset_version=opset,
                 dynamic_shapes=({0: batch, 1: sequence}, {0: batch, 1: sequence}), verbose=False)
         program.save(str(graph))
+        written = written_opset(graph)
+        if written != opset:  # the exporter writes the opsets it implements, whatever it was asked for
+            raise DataError(f"--opset {opset}: torch's exporter wrote opset {written} for this model; give --opset "
+                            f"{written} (nothing was written)")
         if quantize == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -155,6 +194,7 @@ def export_onnx(model: str, out_dir, quantize: Optional[str] = None, opset: int 
         else:
             graph.replace(staged / GRAPH_FILE)
         st.tokenizer.save_pretrained(str(staged))
+        truncate_shipped_tokenizer(staged / "tokenizer.json", max_length)
         actual = onnx_vectors(inference_session(staged / GRAPH_FILE), st.tokenizer, probe, max_length)
         if actual.shape != expected.shape:
             raise DataError(f"export check failed: the ONNX graph returns {actual.shape[1:]} vectors, "
@@ -168,7 +208,7 @@ def export_onnx(model: str, out_dir, quantize: Optional[str] = None, opset: int 
         record = {"source": str(model), "dimension": int(expected.shape[1]), "max_length": max_length,
                   "normalize": normalize, "quantize": quantize, "opset": opset, "inputs": list(INPUTS),
                   "output": "sentence_embedding", "check": {"sentences": len(probe), "max_abs_difference": difference,
-                            "min_cosine": round(float(cosine.min()), 6)}}
+                            "min_cosine": round(float(cosine.min()), 6), "mean_cosine": round(float(cosine.mean()), 6)}}
         write_json(staged / EXPORT_RECORD, record)
     return {**record, "out_dir": str(out_dir)}
 

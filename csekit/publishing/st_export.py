@@ -17,7 +17,6 @@ refuses to finish unless every embedding matches ``model.encode`` to ``1e-5``; t
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 from transformers import AutoModel
 
-from ..atomic import staged_folder, write_json, write_text
+from ..atomic import staged_folder, work_folder, write_json, write_text
 from ..errors import DataError
 from ..loading import resolve_model_path
 from ..modeling import SentenceEncoderPreTrainedModel
@@ -141,7 +140,7 @@ def export_sentence_transformers(model_dir, out_dir, layout: str = "auto", overw
                         "sentence-transformers equivalent; use --layout remote-code")
     chosen = "plain" if layout == "plain" or (layout == "auto" and can_be_plain) else "remote-code"
     expected = model.encode(list(PROBE_SENTENCES), convert_to_numpy=True)
-    with tempfile.TemporaryDirectory() as work, staged_folder(out_dir, replace=overwrite) as staged:
+    with work_folder(out_dir) as work, staged_folder(out_dir, replace=overwrite, flag="OUT_DIR") as staged:
         if chosen == "plain":
             build_plain(model, Path(work)).save(str(staged), create_model_card=False)
         else:
