@@ -50,6 +50,7 @@ from csekit.loading import resolve_model_path
 from csekit.methods import Method, get_method
 from csekit.modeling import CLSRConfig, CLSRModel
 from csekit.preflight import (
+    backbone_config,
     check_model_inputs,
     check_not_an_input,
     check_output_dir,
@@ -134,7 +135,8 @@ class CLSRRecipe:
         if args.inference_max_length is not None:  # the published model's length
             check_model_inputs(args.model_name_or_path, encoder_config, tokenizer, args.inference_max_length,
                                "--inference_max_length")
-        CLSRConfig(encoder_config=encoder_config, **config_kwargs(args, CLSRConfig))  # the flags are checked there
+        # the flags are checked there; a csekit folder continues from its encoder (backbone_config), as every method
+        CLSRConfig(encoder_config=backbone_config(encoder_config), **config_kwargs(args, CLSRConfig))
         return path, tokenizer
 
     def build_model(self, args, backbone: BackboneArguments, seed: int, checked: Optional[tuple] = None) -> CLSRModel:
@@ -146,7 +148,7 @@ class CLSRRecipe:
         if not backbone.random_init:
             model = CLSRModel.from_encoder(path, **options)
         else:  # a config (and tokenizer) is all a random backbone needs
-            encoder_config = AutoConfig.from_pretrained(path, local_files_only=True)
+            encoder_config = AutoConfig.for_model(**backbone_config(read_model_config(path)))
             if backbone.random_init_num_layers is not None:
                 encoder_config.num_hidden_layers = backbone.random_init_num_layers
             model = CLSRModel(CLSRConfig(encoder_config=encoder_config.to_dict(), **options))

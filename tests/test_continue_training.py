@@ -59,3 +59,23 @@ def test_the_recipe_trains_on_from_a_csekit_folder(trained_simcse, corpus, tmp_p
                      "--max_seq_length", "16", "--do_test_eval", "false", *recipe_flags("simcse"),
                      "--mlp_only_train", "false"]) == 0
     assert load_weights(out).keys() == load_weights(trained_simcse).keys()
+
+
+@pytest.mark.parametrize("method", ["simcse", "whitenedcse", "cmlm_cse", "clsr"])
+def test_every_recipe_trains_on_from_a_csekit_folder(method, trained_simcse, tmp_path, data_dir):
+    """The docs promise any method continues from any csekit folder: each recipe, as a user runs it."""
+    from csekit.methods import get_method
+    from test_conformance import recipe_argv
+
+    nli = (data_dir / "nli" / "snli_devtest_pairs.tsv").read_text().splitlines()[1:]
+    entailed = [line.split("\t")[1:3] for line in nli if line.endswith("\tentailment")][:64]
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sent0,sent1\n" + "".join(f'"{a}","{b}"\n' for a, b in entailed))
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join((data_dir / "wiki" / "wiki1m_for_simcse.txt").read_text().splitlines()[:96]) + "\n")
+    argv = recipe_argv(get_method(method), trained_simcse, {"sentences": corpus, "pairs": pairs}, tmp_path / "out",
+                       steps=1)
+    assert cli.main(["train", method, *argv]) == 0
+    saved, continued = load_weights(trained_simcse), load_weights(tmp_path / "out")
+    assert any(name.startswith("encoder.") for name in continued) and continued.keys() >= {
+        name for name in saved if name.startswith("encoder.")}
