@@ -230,7 +230,9 @@ class CMLMAuxiliaryNetwork(nn.Module):
         selected = mlm_labels != IGNORE_INDEX
         word_embeddings = self.extractor.get_input_embeddings().weight.detach()
         logits = self.head(fused[selected], word_embeddings)
-        return F.cross_entropy(logits.float(), mlm_labels[selected], reduction="sum") / selected.sum().clamp(min=1)
+        # in the model's dtype, at least float32 (a bf16/fp16 step's logits are summed in float32; float64 stays)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return F.cross_entropy(logits, mlm_labels[selected], reduction="sum") / selected.sum().clamp(min=1)
 
 
 class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):

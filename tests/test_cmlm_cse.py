@@ -145,6 +145,28 @@ def test_mlm_loss_is_cross_entropy_on_masked_positions_only(tokenizer):
     torch.testing.assert_close(out.mlm_loss, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_mlm_loss_is_computed_in_the_models_dtype_in_float64(tokenizer):
+    """A float64 model's L_MLM stays float64 (so a float64 cached step is exact to float64 rounding), and equals the
+    direct formula of the test above computed in float64 to 1e-12."""
+    model = tiny_model(tokenizer, initializer_range=0.5).eval().double()
+    batch = batch_for(tokenizer)
+    out = model(**batch)
+    assert out.mlm_loss.dtype == torch.float64
+    aux, mask = model.auxiliary, batch["attention_mask"][:, 0]
+    with torch.no_grad():
+        lexical = aux.extractor(input_ids=batch["mlm_input_ids"], attention_mask=mask).last_hidden_state
+        states = torch.cat([out.embeddings[:, 0:1], lexical[:, 1:]], dim=1)
+        extended = (1.0 - mask[:, None, None, :].double()) * torch.finfo(torch.float64).min
+        for layer in aux.fusioner:
+            states = layer(states, extended)
+        head = aux.head
+        states = F.layer_norm(F.gelu(states @ head.dense.weight.T + head.dense.bias), (32,), head.LayerNorm.weight,
+                              head.LayerNorm.bias, eps=1e-12)
+        logits = states @ aux.extractor.embeddings.word_embeddings.weight.T + head.bias
+        expected = F.cross_entropy(logits.flatten(0, 1), batch["mlm_labels"].flatten(), ignore_index=-100)
+    torch.testing.assert_close(out.mlm_loss, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_nothing_masked_gives_zero_loss_not_nan(tokenizer):
     model = tiny_model(tokenizer)
     batch = batch_for(tokenizer)
