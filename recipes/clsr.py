@@ -64,7 +64,7 @@ from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
 from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.output_dir import RunFolder
-from csekit.trainers.runner import finish_run, main_guard
+from csekit.trainers.runner import commit_run, main_guard
 from csekit.trainers.trainer import require_finite_weights
 
 
@@ -105,7 +105,7 @@ class CLSRDataArguments(DataArguments):
 class CLSRRecipe:
     """CLSR's recipe: a head trained on cached vectors of a frozen encoder (this module's docstring says how). It has
     the contrastive recipes' shape (``argument_types``, ``parse``, ``build_model``, ``main``) and their end of run
-    (:func:`~csekit.trainers.runner.finish_run`); its training loop is :class:`~csekit.trainers.clsr.CLSRTrainer`,
+    (:func:`~csekit.trainers.runner.commit_run`); its training loop is :class:`~csekit.trainers.clsr.CLSRTrainer`,
     not a ``Trainer``."""
 
     method: Method
@@ -221,9 +221,12 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
     if not state.is_main_process:
         return
     require_finite_weights(model, "the final model")
-    with folder.keeping_trained_model():
-        model.save_pretrained(folder.staging)  # model, arguments and scores appear in output_dir together
-        model.tokenizer.save_pretrained(folder.staging)
+
+    def save(staging):  # model, arguments and scores appear in output_dir together
+        model.save_pretrained(staging)
+        model.tokenizer.save_pretrained(staging)
+
+    def score() -> tuple:
         record = {
             "model": training_args.output_dir, "base_model": model_args.model_name_or_path,
             "pooler": model.config.pooler_type, "train_data": data_args.train_file,
@@ -232,23 +235,22 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
             "pooling_seconds": round(pooling_seconds, 1), "train_cache": train_entry.status, **summary,
             "base_dev_STSBenchmark": dev_evaluator()["STSBenchmark"], "base_pooler": model.config.pooler_type,
         }
-        table = None
-        if test is not None:
-            test_evaluator = CachedSTSEvaluator(test, test_vectors)
-            record["base_sts"], record["sts_aggregations"] = test_evaluator(), test_evaluator.evaluate(model.mlp)
-            record["sts"] = record["sts_aggregations"][test.aggregation]
-            record["protocol"] = protocol_record(model.config.pooler_type, test)
-            clsr_row = f"+ CLSR ({data_args.train_file})"
-            rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
-                    clsr_row: record["sts"]}
-            table = format_sts_table(rows, title="STS test (Spearman x100)",
-                                     contaminated={clsr_row: corpus.contaminated})
-        arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
-                         training_args=training_args, **({"resume": resume} if resume else {}))
-        finish_run(folder.staging, training_args.output_dir, arguments, record, table,
-                   card=dict(repo_id=None, data_dir=data_args.data_dir))
-        if not training_args.keep_checkpoints:
-            folder.remove_checkpoints()
+        if test is None:
+            return record, None
+        test_evaluator = CachedSTSEvaluator(test, test_vectors)
+        record["base_sts"], record["sts_aggregations"] = test_evaluator(), test_evaluator.evaluate(model.mlp)
+        record["sts"] = record["sts_aggregations"][test.aggregation]
+        record["protocol"] = protocol_record(model.config.pooler_type, test)
+        clsr_row = f"+ CLSR ({data_args.train_file})"
+        rows = {f"{model_args.model_name_or_path} ({model.config.pooler_type})": record["base_sts"],
+                clsr_row: record["sts"]}
+        return record, format_sts_table(rows, title="STS test (Spearman x100)",
+                                        contaminated={clsr_row: corpus.contaminated})
+
+    arguments = dict(model_args=model_args, backbone_args=backbone_args, data_args=data_args,
+                     training_args=training_args, **({"resume": resume} if resume else {}))
+    commit_run(folder, True, save, score, arguments, dict(repo_id=None, data_dir=data_args.data_dir),
+               training_args.keep_checkpoints)
 
 
 RECIPE = CLSRRecipe(get_method("clsr"), description=__doc__)

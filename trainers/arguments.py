@@ -407,10 +407,12 @@ BOOKKEEPING_FIELDS = frozenset({
 
 def setup_record(method: str, processes: Optional[int], **groups) -> dict:
     """What a resume must match (``csekit_run.json`` in every checkpoint): the method, the processes and every
-    field of the argument ``groups`` except :data:`BOOKKEEPING_FIELDS`, as JSON values."""
+    field of the argument ``groups`` (dataclasses, or dicts of settings) except :data:`BOOKKEEPING_FIELDS`, as JSON
+    values."""
     record = {"method": method, **({"processes": processes} if processes is not None else {})}
     for group in groups.values():
-        values = group.to_dict() if hasattr(group, "to_dict") else dataclasses.asdict(group)
+        values = (group if isinstance(group, dict) else group.to_dict() if hasattr(group, "to_dict")
+                  else dataclasses.asdict(group))
         record.update({key: value for key, value in values.items() if key not in BOOKKEEPING_FIELDS})
     return json.loads(json.dumps(record, default=str))
 

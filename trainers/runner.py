@@ -218,17 +218,29 @@ def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict
         print(table)
 
 
-def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
-    """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets.
+# ------------------------------------------------------------------------------------------------ the stages
+# run_recipe is check -> build -> train -> commit (save, score, finish_run) -> publish; CLSR's recipe shares commit_run.
+@dataclass
+class CheckedRun:
+    """What :func:`check_run` established before any work: every input read and checked, nothing written."""
 
-    Everything the run needs is checked before its first step (:mod:`csekit.preflight`): the output folder, the
-    resume target, the evaluation data, the model with its tokenizer, the training data. With ``--push_to_hub
-    --hub_model_id NAME`` the scored folder is then published as ``csekit push`` does.
+    folder: RunFolder
+    resume: Optional[str]
+    accepted: list  # the setup differences --resume_accept_changes accepted
+    record: dict  # what the checkpoints record and a resume must match (setup_record)
+    publish: bool
+    data_dir: Path
+    dev: STSEvaluator
+    test: Optional[STSEvaluator]
+    model_path: str
+    tokenizer: object
+    train_dataset: object
+    columns: tuple
 
-    Returns:
-        the test results ``{"STS12": ..., "avg": ...}`` (empty if ``do_test_eval`` is off).
-    """
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+
+def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> CheckedRun:
+    """Stage 1: the output folder, the resume target and its record, the evaluation data, the model with its
+    tokenizer and lengths, the training data and what one step of it can learn from; one line for anything wrong."""
     publish = training_args.push_to_hub
     if publish and not (training_args.hub_model_id and data_args.do_test_eval):
         raise DataError("--push_to_hub needs --hub_model_id namespace/name and the test evaluation (the card's scores)")
@@ -244,7 +256,6 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                           data_args=data_args, training_args=training_args,
                           **({"extra_args": extra_args} if extra_args else {}))
     accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
-    set_seed(training_args.seed)
     data_dir = resolve_data_dir(data_args.data_dir)
     dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
     dev = STSEvaluator(data_dir, dev_tasks, split="dev")
@@ -259,9 +270,9 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
                                           data_args.max_train_samples)
     columns = tuple(name for name in PAIR_COLUMNS if name in train_dataset.column_names)
     if columns not in recipe.trainer_class.data_columns:
-        accepted = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
+        shapes = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
         raise DataError(f"{data_args.train_file}: columns {','.join(columns)}, but {recipe.method.name} trains on "
-                        f"{accepted} (a .txt is one sentence a line)")
+                        f"{shapes} (a .txt is one sentence a line)")
     if recipe.trainer_class.negatives_per_anchor(global_batch, columns) < 1:
         raise DataError(f"--per_device_train_batch_size {training_args.per_device_train_batch_size} x "
                         f"{training_args.world_size} process(es): each anchor would see no negative, so the "
@@ -269,8 +280,15 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
     if training_args.mini_batch_size and not recipe.method.gradient_caching:
         raise DataError(f"--mini_batch_size: {recipe.method.name} does not support gradient caching (the registry's "
                         "gradient_caching capability)")
-    model = recipe.build_model(model_path, model_args)
-    model.tokenizer = tokenizer
+    return CheckedRun(folder, resume, accepted, record, publish, data_dir, dev, test, model_path, tokenizer,
+                      train_dataset, columns)
+
+
+def build_trainer(recipe: ContrastiveRecipe, run: CheckedRun, model_args, data_args, training_args, extra_args=None):
+    """Stage 2: the training model on the checked backbone, its collator and the method's Trainer."""
+    set_seed(training_args.seed)
+    model = recipe.build_model(run.model_path, model_args)
+    model.tokenizer = run.tokenizer
     if model.config.matryoshka_dims and model.inference_head_layers() is None:
         raise DataError(f"--matryoshka_dims: {type(model).__name__}'s inference vectors (this config's) are not a "
                         "Linear chain over the pooler, so their first coordinates cannot be trained as they are used; "
@@ -279,61 +297,92 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
         logger.info("padding-free training is off, batches are padded: --torch_compile would recompile the packed "
                     "attention for every batch layout")
         data_args = dataclasses.replace(data_args, padding_free=False)
-    collator = recipe.collator(tokenizer, model, data_args, extra_args)
+    collator = recipe.collator(run.tokenizer, model, data_args, extra_args)
     if hasattr(collator, "draws"):  # its random draws derive from the run's seed (randomness.py)
         collator.draws.seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
     collator.text_ids = training_args.duplicate_negatives == "mask"
-    trainer = recipe.trainer_class(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        data_collator=collator,
-        processing_class=tokenizer,
-        sts_evaluator=dev,
-    )
-    trainer.setup_record = record
-    batch = batch_record(trainer, columns)
+    trainer = recipe.trainer_class(model=model, args=training_args, train_dataset=run.train_dataset,
+                                   data_collator=collator, processing_class=run.tokenizer, sts_evaluator=run.dev)
+    trainer.setup_record = run.record
+    return trainer
+
+
+def score_run(trainer, run: CheckedRun, model_args, training_args, batch: dict) -> tuple:
+    """Stage 4b, on the main process: ``(eval_results record, printed table)`` of the trained model on the STS test
+    sets beside its base model (``(None, None)`` without ``--do_test_eval``)."""
+    if run.test is None:
+        return None, None
+    model, test = trainer.model, run.test
+    encode = encoded_once(lambda sentences: model.eval().encode(sentences, batch_size=128))
+    scores = test.evaluate(encode)
+    base = base_model_scores(model_args.model_name_or_path, test)
+    record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": scores[test.aggregation],
+              "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
+              "training_curve": training_curve(trainer.state.log_history), "batch": batch, **base}
+    if model.config.matryoshka_dims:  # the same vectors' first d coordinates, at every trained size
+        record["matryoshka_sts"] = {str(size): scores for size, scores in scores_at_sizes(
+            test, encode, sorted(model.config.matryoshka_dims, reverse=True)).items()}
+    table = format_sts_table({training_args.output_dir: record["sts"],
+                              f"{model_args.model_name_or_path} (base)": base["base_sts"]},
+                             title="STS test (Spearman x100)")
+    return record, table
+
+
+def commit_run(folder: RunFolder, main: bool, save: Callable[[Path], None], score: Callable[[], tuple],
+               arguments: dict, card: dict, keep_checkpoints: bool) -> Optional[dict]:
+    """Stage 4, the end every recipe shares (Trainer-based and CLSR): ``save`` writes the trained model into the run's
+    staging folder (on every process: a sharded state is gathered, one process writes), then on the main process
+    ``score`` gives ``(record, table)``, :func:`finish_run` adds arguments, scores and card and commits it all into
+    the output folder (``config.json`` last), and the checkpoints go unless kept. A kill anywhere in it leaves the
+    checkpoints, from which ``--resume_from_checkpoint last`` trains no further step and ends here again. Returns
+    the record (``None`` off the main process)."""
+    with folder.keeping_trained_model(main):
+        save(folder.staging)
+        if not main:
+            return None
+        record, table = score()
+        finish_run(folder.staging, folder.folder, arguments, record, table, card=card)
+        if not keep_checkpoints:
+            removed = folder.remove_checkpoints()
+            if removed:
+                logger.info("removed %s from %s (--keep_checkpoints true keeps them)", ", ".join(removed),
+                            folder.folder)
+    return record
+
+
+def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
+    """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets: the stages
+    :func:`check_run` (before any work), :func:`build_trainer`, the Trainer's training, :func:`commit_run`, and with
+    ``--push_to_hub --hub_model_id NAME`` the publication of the scored folder as ``csekit push`` does it.
+
+    Returns:
+        the test results ``{"STS12": ..., "avg": ...}`` (empty if ``do_test_eval`` is off).
+    """
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    run = check_run(recipe, model_args, data_args, training_args, extra_args)
+    trainer = build_trainer(recipe, run, model_args, data_args, training_args, extra_args)
+    batch = batch_record(trainer, run.columns)
     logger.info(describe_batch(batch))
-    folder.acquire(lock=trainer.is_world_process_zero())
+    main = trainer.is_world_process_zero()
+    arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
+                     **({"extra_args": extra_args} if extra_args else {}),
+                     **({"resume": {"checkpoint": run.resume, "accepted_changes": run.accepted}} if run.accepted
+                        else {}))
+    run.folder.acquire(lock=main)
     try:
-        trainer.train(resume_from_checkpoint=resume)
-        require_finite_weights(model, "the final model")
-        with folder.keeping_trained_model(trainer.is_world_process_zero()):
-            # the final model, its arguments and test scores are built in the run's staging folder, then appear
-            # together in output_dir
-            trainer.save_model(str(folder.staging))  # on every process (sharded states are gathered); one writes
-            if not trainer.is_world_process_zero():
-                return {}
-            arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
-                             **({"extra_args": extra_args} if extra_args else {}),
-                             **({"resume": {"checkpoint": resume, "accepted_changes": accepted}} if accepted else {}))
-            results = record = table = None
-            if test is not None:
-                encode = encoded_once(lambda sentences: model.eval().encode(sentences, batch_size=128))
-                scores = test.evaluate(encode)
-                results = scores[test.aggregation]
-                base = base_model_scores(model_args.model_name_or_path, test)
-                record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": results,
-                          "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
-                          "training_curve": training_curve(trainer.state.log_history), "batch": batch, **base}
-                if model.config.matryoshka_dims:  # the same vectors' first d coordinates, at every trained size
-                    record["matryoshka_sts"] = {str(size): scores for size, scores in scores_at_sizes(
-                        test, encode, sorted(model.config.matryoshka_dims, reverse=True)).items()}
-                table = format_sts_table({training_args.output_dir: results,
-                                          f"{model_args.model_name_or_path} (base)": base["base_sts"]},
-                                         title="STS test (Spearman x100)")
-            finish_run(folder.staging, training_args.output_dir, arguments, record, table,
-                       card=dict(repo_id=training_args.hub_model_id, data_dir=data_dir))
-            if not training_args.keep_checkpoints:
-                removed = folder.remove_checkpoints()
-                if removed:
-                    logger.info("removed %s from %s (--keep_checkpoints true keeps them)", ", ".join(removed),
-                                training_args.output_dir)
+        trainer.train(resume_from_checkpoint=run.resume)
+        require_finite_weights(trainer.model, "the final model")
+        record = commit_run(run.folder, main, lambda staging: trainer.save_model(str(staging)),
+                            lambda: score_run(trainer, run, model_args, training_args, batch), arguments,
+                            dict(repo_id=training_args.hub_model_id, data_dir=run.data_dir),
+                            training_args.keep_checkpoints)
     finally:
-        folder.release()
-    if publish:
+        run.folder.release()
+    if not main:
+        return {}
+    if run.publish:
         print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
-    return results or {}
+    return (record or {}).get("sts") or {}
 
 
 def main_guard(main: Callable, argv: Optional[list] = None) -> None:
@@ -348,5 +397,5 @@ def main_guard(main: Callable, argv: Optional[list] = None) -> None:
         sys.exit(code)
 
 
-__all__ = ["ContrastiveRecipe", "batch_record", "check_lengths", "describe_batch", "finish_run", "main_guard",
-           "run_recipe", "training_curve"]
+__all__ = ["CheckedRun", "ContrastiveRecipe", "batch_record", "build_trainer", "check_lengths", "check_run",
+           "commit_run", "describe_batch", "finish_run", "main_guard", "run_recipe", "score_run", "training_curve"]
