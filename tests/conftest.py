@@ -8,6 +8,7 @@ papers' pair counts) take the ``real_data_dir`` fixture instead, which marks the
 test runner's ``CSEKIT_DATA_DIR`` names a real data folder, and skip otherwise with :data:`REAL_DATA_REASON`.
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -260,6 +261,20 @@ def corpus(tmp_path_factory, data_dir) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "wiki.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``folder`` for the block: a real file system of its own (a second disk, a full
+    one). Root only: skips the test where mounting is not allowed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 # ------------------------------------------------------------------------------------------------ subprocesses

@@ -125,24 +125,29 @@ def test_augmentations_touch_only_the_positive_view(tokenizer):
 
 
 # ------------------------------------------------------------------------------------------------- the loss
-def test_mlm_loss_is_cross_entropy_on_masked_positions_only(tokenizer):
-    model = tiny_model(tokenizer, initializer_range=0.5).eval()
-    batch = batch_for(tokenizer)
-    out = model(**batch)
+def direct_mlm_loss(model, batch: dict, out) -> torch.Tensor:
+    """L_MLM by its formula, in the model's dtype: full-sequence logits, cross-entropy over the labelled (masked)
+    positions only."""
     aux, mask = model.auxiliary, batch["attention_mask"][:, 0]
-    # direct formula: full-sequence logits, cross-entropy over the labelled (masked) positions only
+    dtype = out.embeddings.dtype
     with torch.no_grad():
         lexical = aux.extractor(input_ids=batch["mlm_input_ids"], attention_mask=mask).last_hidden_state
         states = torch.cat([out.embeddings[:, 0:1], lexical[:, 1:]], dim=1)
-        extended = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        extended = (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
         for layer in aux.fusioner:
             states = layer(states, extended)
         head = aux.head  # BERT's prediction head: dense, GELU, LayerNorm, then the frozen pretrained word embeddings
         states = F.layer_norm(F.gelu(states @ head.dense.weight.T + head.dense.bias), (32,), head.LayerNorm.weight,
                               head.LayerNorm.bias, eps=1e-12)
         logits = states @ aux.extractor.embeddings.word_embeddings.weight.T + head.bias
-        expected = F.cross_entropy(logits.flatten(0, 1), batch["mlm_labels"].flatten(), ignore_index=-100)
-    torch.testing.assert_close(out.mlm_loss, expected, rtol=1e-5, atol=1e-5)
+        return F.cross_entropy(logits.flatten(0, 1), batch["mlm_labels"].flatten(), ignore_index=-100)
+
+
+def test_mlm_loss_is_cross_entropy_on_masked_positions_only(tokenizer):
+    model = tiny_model(tokenizer, initializer_range=0.5).eval()
+    batch = batch_for(tokenizer)
+    out = model(**batch)
+    torch.testing.assert_close(out.mlm_loss, direct_mlm_loss(model, batch, out), rtol=1e-5, atol=1e-5)
 
 
 def test_mlm_loss_is_computed_in_the_models_dtype_in_float64(tokenizer):
@@ -152,19 +157,7 @@ def test_mlm_loss_is_computed_in_the_models_dtype_in_float64(tokenizer):
     batch = batch_for(tokenizer)
     out = model(**batch)
     assert out.mlm_loss.dtype == torch.float64
-    aux, mask = model.auxiliary, batch["attention_mask"][:, 0]
-    with torch.no_grad():
-        lexical = aux.extractor(input_ids=batch["mlm_input_ids"], attention_mask=mask).last_hidden_state
-        states = torch.cat([out.embeddings[:, 0:1], lexical[:, 1:]], dim=1)
-        extended = (1.0 - mask[:, None, None, :].double()) * torch.finfo(torch.float64).min
-        for layer in aux.fusioner:
-            states = layer(states, extended)
-        head = aux.head
-        states = F.layer_norm(F.gelu(states @ head.dense.weight.T + head.dense.bias), (32,), head.LayerNorm.weight,
-                              head.LayerNorm.bias, eps=1e-12)
-        logits = states @ aux.extractor.embeddings.word_embeddings.weight.T + head.bias
-        expected = F.cross_entropy(logits.flatten(0, 1), batch["mlm_labels"].flatten(), ignore_index=-100)
-    torch.testing.assert_close(out.mlm_loss, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.mlm_loss, direct_mlm_loss(model, batch, out), rtol=1e-12, atol=1e-12)
 
 
 def test_nothing_masked_gives_zero_loss_not_nan(tokenizer):

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO_ROOT, BoundedProcess, free_ports, load_weights, recipe_flags, run_bounded
+from conftest import REPO_ROOT, BoundedProcess, free_ports, load_weights, mounted_tmpfs, recipe_flags, run_bounded
 from csekit import cli
 from csekit.errors import DataError
 from csekit.evaluation.sts import STSEvaluator
@@ -227,15 +227,8 @@ def test_failed_end_of_run_keeps_the_previous_model_and_the_trained_weights(tiny
 @pytest.fixture
 def small_disk(tmp_path):
     """A 12 MiB tmpfs mounted for the test (root only; skipped where mounting is not allowed): a real full disk."""
-    folder = tmp_path / "small-disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(folder)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "small-disk", "12m") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def test_full_disk_is_one_line_and_nothing_half_kept(tiny_backbone, corpus, small_disk, capsys):

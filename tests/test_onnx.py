@@ -4,12 +4,12 @@ equal to ``encode`` on the STS-B test sentences; its int8 variant; ``csekit eval
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 
 import numpy as np
 import pytest
 
+from conftest import mounted_tmpfs
 from csekit import cli
 from csekit.evaluation.sts import STSEvaluator
 from csekit.modeling import SimCSEConfig, SimCSEModel
@@ -195,15 +195,8 @@ def test_a_damaged_graph_another_opset_and_a_second_writer_are_one_line(exported
 @pytest.fixture
 def second_disk(tmp_path):
     """A tmpfs mounted for the test: a real second file system beside the temporary folder (root only)."""
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", str(folder)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "200m") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def test_every_staged_write_works_on_another_file_system(exported, second_disk, data_dir, capsys):
