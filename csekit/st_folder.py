@@ -156,6 +156,12 @@ def describe_modules(folder: Path, entries: list) -> list:
     return described
 
 
+def pipeline_name(modules: list) -> str:
+    """``"sentence-transformers: Transformer > Pooling(mean) > Normalize"``: the ``pooler`` a results record and a
+    card's base-model row name for a sentence-transformers folder (the same with or without the library)."""
+    return f"sentence-transformers: {' > '.join(modules)}"
+
+
 def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: int, device):
     """``(embed, info)`` for a sentence-transformers folder: ``SentenceTransformer(folder).encode``'s vectors (its
     modules, prompt, length; float32) when sentence-transformers is installed, else ``None`` so the caller applies
@@ -179,10 +185,9 @@ def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: i
     model = model.to(torch.float32).eval()
     if max_length is not None:
         model.max_seq_length = max_length
-    settings = st_settings(folder)
-    info = {"model": name, "pooler": "sentence-transformers", "dimension": model.get_embedding_dimension(),
-            "modules": describe_modules(folder, entries), "prompt": settings["prompt"],
-            "max_length": model.max_seq_length}
+    modules = describe_modules(folder, entries)
+    info = {"model": name, "pooler": pipeline_name(modules), "dimension": model.get_embedding_dimension(),
+            "modules": modules, "prompt": st_settings(folder)["prompt"], "max_length": model.max_seq_length}
 
     def embed(sentences):
         return model.encode(list(sentences), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
@@ -191,4 +196,4 @@ def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: i
 
 
 __all__ = ["MODULES_FILE", "PICKLE_SUFFIXES", "describe_modules", "is_st_folder", "load_st_embedder",
-           "module_entries", "module_kind", "plain_max_length", "plain_pipeline", "pooling_modes"]
+           "module_entries", "module_kind", "pipeline_name", "plain_max_length", "plain_pipeline", "pooling_modes"]

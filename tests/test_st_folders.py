@@ -132,7 +132,8 @@ def test_the_embedded_minilm_is_scored_alike_with_and_without_sentence_transform
     assert info["modules"] == ["Transformer", "Pooling(mean)", "Normalize"]
     first = with_st(SENTENCES)
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
-    without, _ = load_embedder(str(minilm_path), device="cpu")
+    without, plain = load_embedder(str(minilm_path), device="cpu")
+    assert {key: plain[key] for key in info} == info  # the record names the same pipeline either way
     second = without(SENTENCES)
     second /= np.linalg.norm(second, axis=1, keepdims=True)
     np.testing.assert_allclose(first, second, atol=1e-5, rtol=0)
@@ -144,7 +145,8 @@ def test_evaluate_records_the_pipeline_it_applied(st_folders, tmp_path, capsys):
     assert cli.main(["evaluate", str(folder), "--output", str(output), "--device", "cpu"]) == 0
     record = json.loads(output.read_text())
     assert record["modules"] == ["Transformer", "Pooling(cls)", "Dense(32->16)", "Normalize"]
-    assert record["dimension"] == 16 and record["prompt"] is None and record["pooler"] == "sentence-transformers"
+    assert record["dimension"] == 16 and record["prompt"] is None
+    assert record["pooler"] == "sentence-transformers: Transformer > Pooling(cls) > Dense(32->16) > Normalize"
 
 
 @pytest.mark.parametrize("entry, why", [
@@ -184,7 +186,7 @@ def test_a_plain_export_scores_what_its_csekit_source_scores(saved_tiny_model, t
     export_sentence_transformers(saved_tiny_model, out, layout="plain")
     source, _ = load_embedder(str(saved_tiny_model), device="cpu")
     exported, info = load_embedder(str(out), device="cpu")
-    assert info["pooler"] == "sentence-transformers"
+    assert info["pooler"] == "sentence-transformers: Transformer > Pooling(mean)"
     first, second = source(SENTENCES), exported(SENTENCES)
     first /= np.linalg.norm(first, axis=1, keepdims=True)
     second /= np.linalg.norm(second, axis=1, keepdims=True)

@@ -13,7 +13,15 @@ from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
 from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
 from ..preflight import check_model_inputs, load_tokenizer, read_model_config
-from ..st_folder import is_st_folder, load_st_embedder, module_entries, plain_max_length, plain_pipeline
+from ..st_folder import (
+    describe_modules,
+    is_st_folder,
+    load_st_embedder,
+    module_entries,
+    pipeline_name,
+    plain_max_length,
+    plain_pipeline,
+)
 
 
 class HFSentenceEncoder:
@@ -112,8 +120,8 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
         entries = module_entries(path)
         pooler = plain_pipeline(name_or_path, Path(path), entries)
         max_length = max_length or plain_max_length(Path(path), tokenizer)
-        info = {"modules": ["Transformer", f"Pooling({'cls' if pooler.startswith('cls') else 'mean'})",
-                            *(["Normalize"] if len(entries) > 2 else [])], "prompt": None, "max_length": max_length}
+        modules = describe_modules(Path(path), entries)
+        info = {"pooler": pipeline_name(modules), "modules": modules, "prompt": None, "max_length": max_length}
     pooler = pooler or "cls"
     # scored in float32 (SentEval's precision) whatever dtype the checkpoint was stored in
     model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).to(device)
