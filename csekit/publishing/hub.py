@@ -41,8 +41,8 @@ OPTIONAL_FILES = (ARGUMENTS_FILE, FIGURE_FILE, CURVE_FILE, MODEL_META_FILE)
 # the uploaded files that record what the run was given (paths among them)
 RECORD_FILES = ("config.json", "tokenizer_config.json", ARGUMENTS_FILE, RESULTS_FILE, MODEL_META_FILE)
 UPLOAD_PREFIX = ".csekit-upload-"
-# names never uploaded wherever they are: the Trainer's optimizer, scheduler and random states (pickles, or records
-# of a run's resumption) and staging folders
+# names never uploaded wherever they are: the Trainer's optimizer, scheduler and random states (pickles) and the
+# records of a checkpoint (what a resumption reads)
 NEVER_UPLOADED = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "csekit_run.json",
                   "training_args.bin")
 PATHS_NOTE = ("\n> Local paths of the training run (data files, the base model's and output folders) are shown by "
