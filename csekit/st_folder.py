@@ -190,7 +190,9 @@ def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: i
             "modules": modules, "prompt": st_settings(folder)["prompt"], "max_length": model.max_seq_length}
 
     def embed(sentences):
-        return model.encode(list(sentences), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        sentences = list(sentences)  # a bar as csekit's own encoding shows one: for more than 10 batches
+        return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True,
+                            show_progress_bar=len(sentences) > 10 * batch_size)
 
     return embed, info
 
