@@ -64,7 +64,7 @@ from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
 from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.output_dir import RunFolder
-from csekit.trainers.runner import commit_run, main_guard
+from csekit.trainers.runner import check_lengths, commit_run, main_guard
 from csekit.trainers.trainer import require_finite_weights
 
 
@@ -132,9 +132,7 @@ class CLSRRecipe:
         encoder_config = read_model_config(path)
         if not backbone.random_init:
             check_model_inputs(args.model_name_or_path, encoder_config, tokenizer, None, "--max_seq_length")
-        if args.inference_max_length is not None:  # the published model's length
-            check_model_inputs(args.model_name_or_path, encoder_config, tokenizer, args.inference_max_length,
-                               "--inference_max_length")
+        check_lengths(args, path, tokenizer)  # the published model's --inference_max_length
         # the flags are checked there; a csekit folder continues from its encoder (backbone_config), as every method
         CLSRConfig(encoder_config=backbone_config(encoder_config), **config_kwargs(args, CLSRConfig))
         return path, tokenizer

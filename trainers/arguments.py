@@ -405,22 +405,27 @@ BOOKKEEPING_FIELDS = frozenset({
 })
 
 
+def group_values(group) -> dict:
+    """An argument group as ``{field: value}``: ``TrainingArguments.to_dict()`` (tokens masked), a dict as it is, any
+    other dataclass through ``asdict``."""
+    if isinstance(group, dict):
+        return group
+    return group.to_dict() if hasattr(group, "to_dict") else dataclasses.asdict(group)
+
+
 def setup_record(method: str, processes: Optional[int], **groups) -> dict:
     """What a resume must match (``csekit_run.json`` in every checkpoint): the method, the processes and every
     field of the argument ``groups`` (dataclasses, or dicts of settings) except :data:`BOOKKEEPING_FIELDS`, as JSON
     values."""
     record = {"method": method, **({"processes": processes} if processes is not None else {})}
     for group in groups.values():
-        values = (group if isinstance(group, dict) else group.to_dict() if hasattr(group, "to_dict")
-                  else dataclasses.asdict(group))
-        record.update({key: value for key, value in values.items() if key not in BOOKKEEPING_FIELDS})
+        record.update({key: value for key, value in group_values(group).items() if key not in BOOKKEEPING_FIELDS})
     return json.loads(json.dumps(record, default=str))
 
 
 def write_arguments(output_dir, **groups) -> None:
     """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
-    record = {name: (value.to_dict() if hasattr(value, "to_dict") else value if isinstance(value, dict)
-                     else dataclasses.asdict(value)) for name, value in groups.items()}
+    record = {name: group_values(value) for name, value in groups.items()}
     write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(record, indent=2, default=str) + "\n")
 
 
