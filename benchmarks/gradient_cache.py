@@ -106,7 +106,7 @@ def measure(size: str, batch: int, mini_batch: int, length: int, device_name: st
 
 
 def run_child(args, batch: int, mini_batch: int) -> dict:
-    """:func:`measure` in a fresh process (``None`` when it ran out of memory or failed)."""
+    """`measure` in a fresh process (``None`` when it ran out of memory or failed)."""
     command = [sys.executable, __file__, "--child", "--size", args.size, "--batch", str(batch), "--mini-batch",
                str(mini_batch), "--max-length", str(args.max_length), "--device", args.device,
                "--warmup-batch", str(min(args.mini_batches)), "--threads", str(args.threads)]

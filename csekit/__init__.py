@@ -6,7 +6,7 @@
     vectors = model.encode(["A man plays a guitar."], normalize=True)
 
 ``import csekit`` itself loads neither torch nor transformers: the registration with the Auto classes runs when
-transformers' Auto classes are imported (:mod:`csekit.auto_registration`), and every name below is imported on first
+transformers' Auto classes are imported (`csekit.auto_registration`), and every name below is imported on first
 use (PEP 562), so the ``csekit`` command line starts in a fraction of a second.
 
 Sub-packages: ``csekit.modeling`` (configs, models, poolers, losses), ``csekit.trainers`` (one Trainer per method,

@@ -103,13 +103,15 @@ def process_alive(pid: int) -> bool:
 
 
 def private_folder(parent, prefix: str) -> Path:
-    """A new hidden work folder ``parent/<prefix><pid>-<random>``; :func:`remove_abandoned` recognises it as this
+    """A new hidden work folder ``parent/<prefix><pid>-<random>``; [`remove_abandoned`][csekit.atomic.remove_abandoned]
+    recognises it as this
     process's."""
     return Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
 
 
 def remove_abandoned(parent, prefix: str) -> list:
-    """Remove the :func:`private_folder` s of ``prefix`` in ``parent`` whose process is no longer running (a SIGKILL
+    """Remove the [`private_folder`][csekit.atomic.private_folder] s of ``prefix`` in ``parent`` whose process is no
+    longer running (a SIGKILL
     leaves them behind); those of running processes stay. Returns what was removed."""
     removed = []
     for path in sorted(Path(parent).glob(f"{prefix}*")):
@@ -141,9 +143,11 @@ def exchange(first, second) -> bool:
 
 def move_into_place(source, destination) -> Path:
     """``os.replace(source, destination)``, also when ``destination`` is an existing folder: the two are swapped in
-    one atomic step (:func:`exchange`) and the old one, now at ``source``, is deleted; a process killed at any point
+    one atomic step ([`exchange`][csekit.atomic.exchange]) and the old one, now at ``source``, is deleted; a process
+    killed at any point
     leaves the old folder or the new one at ``destination``, never nothing or a mix. Where the system cannot swap,
-    the old folder is first renamed to the hidden ``.<name>.<pid>.old`` (which :func:`recover_abandoned` puts back
+    the old folder is first renamed to the hidden ``.<name>.<pid>.old`` (which
+    [`recover_abandoned`][csekit.atomic.recover_abandoned] puts back
     if the process dies before the new one arrives)."""
     destination = Path(destination)
     if not (destination.is_dir() and not destination.is_symlink()):
@@ -160,7 +164,8 @@ def move_into_place(source, destination) -> Path:
 
 
 def recover_abandoned(destination) -> list:
-    """Tidy what a process killed inside :func:`staged_folder` or :func:`move_into_place` left beside
+    """Tidy what a process killed inside [`staged_folder`][csekit.atomic.staged_folder] or
+    [`move_into_place`][csekit.atomic.move_into_place] left beside
     ``destination``: its staging folders are removed, and an old folder set aside is put back when ``destination``
     is missing (else removed). Those of running processes stay. Returns what was removed or restored."""
     destination = Path(destination)
@@ -180,9 +185,10 @@ def recover_abandoned(destination) -> list:
 @contextlib.contextmanager
 def staged_folder(destination, replace: bool = False, flag: Optional[str] = None) -> Iterator[Path]:
     """Yield an empty temporary folder next to ``destination``; when the block ends without an error it becomes
-    ``destination`` (an existing one is replaced only with ``replace``, see :func:`move_into_place`). On an error
+    ``destination`` (an existing one is replaced only with ``replace``, see
+    [`move_into_place`][csekit.atomic.move_into_place]). On an error
     nothing is left. ``flag`` (the command's option for ``destination``) locks it for the block: a second writer of
-    the same folder is refused in one line naming the first (:class:`RunLock`)."""
+    the same folder is refused in one line naming the first ([`RunLock`][csekit.atomic.RunLock])."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     lock = RunLock(destination.parent / f".{destination.name}{LOCK}", flag, destination).acquire() if flag else None
@@ -207,7 +213,8 @@ def staged_folder(destination, replace: bool = False, flag: Optional[str] = None
 class RunLock:
     """The lock file ``path`` (a training run's ``--output_dir/.csekit-lock``, an export's ``.OUT.csekit-lock``
     beside its folder): its holder's pid and host, created whole (written to a temporary file, then hard-linked: the
-    link fails when a lock exists) and removed by :meth:`release`. ``flag`` names the option in the refusal."""
+    link fails when a lock exists) and removed by [`release`][csekit.atomic.RunLock.release]. ``flag`` names the option
+    in the refusal."""
 
     def __init__(self, path, flag: str, target=None):
         self.path, self.flag = Path(path), flag
@@ -268,7 +275,7 @@ class RunLock:
 def work_folder(destination) -> Iterator[Path]:
     """A scratch folder beside ``destination`` (same file system, so a file built there is renamed into the
     staged folder atomically, never copied across disks), removed when the block ends; one a killed process left is
-    removed by the next :func:`staged_folder` of the same destination."""
+    removed by the next [`staged_folder`][csekit.atomic.staged_folder] of the same destination."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.{os.getpid()}-work-",

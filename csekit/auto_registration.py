@@ -12,10 +12,10 @@ Registering needs the classes and the classes need torch, so importing them with
   classes, a csekit model module imports transformers), so the registration never meets a half-imported module. The
   hook removes itself once the registration has run.
 * ``configuration_auto`` alone (``AutoConfig``) registers the configs alone
-  (:func:`csekit.modeling.register_auto_configs`): reading a csekit ``config.json`` loads no model code.
+  (`csekit.modeling.register_auto_configs`): reading a csekit ``config.json`` loads no model code.
 
-Using a class from :mod:`csekit.modeling` registers too. The registration is
-:func:`csekit.modeling.register_auto_classes`.
+Using a class from `csekit.modeling` registers too. The registration is
+`csekit.modeling.register_auto_classes`.
 """
 
 import importlib.abc

@@ -15,7 +15,8 @@ senteval    senteval.tar            89.8 MB  ``senteval/downstream/{STS,SICK,MR,
 The sizes are those the Hub lists for the repository's ``main`` branch. SimCSE's
 ``SentEval/data/downstream/download_dataset.sh`` unpacks ``senteval.tar`` inside ``SentEval/data/downstream/``, where
 SentEval reads ``downstream/STS/...``: the task folders (``STS/``, ``SICK/``, ``MR/``, ...) are the tar's top level.
-:func:`unpack_senteval` takes the shallowest folder holding ``STS/`` and ``SICK/``, so a tar wrapped in one more
+[`unpack_senteval`][csekit.download.unpack_senteval] takes the shallowest folder holding ``STS/`` and ``SICK/``, so a
+tar wrapped in one more
 folder is read the same.
 
 Each file goes through the Hugging Face cache (``hf_hub_download``: progress bar, resumable, ``HF_ENDPOINT``,
@@ -87,7 +88,8 @@ def expected_hash(cached: Path, corpus: Corpus, repo_id: str, revision: Optional
 
 
 def verify(cached: Path, corpus: Corpus, repo_id: str, revision: Optional[str], endpoint: Optional[str]) -> None:
-    """Raise :class:`DataError` (and drop the cached copy, so the next run downloads again) unless ``cached`` hashes
+    """Raise [`DataError`][csekit.download.DataError] (and drop the cached copy, so the next run downloads again)
+    unless ``cached`` hashes
     to what the Hub published."""
     expected = expected_hash(cached, corpus, repo_id, revision, endpoint)
     actual = file_digest(cached, "sha256" if len(expected) == 64 else "git")
@@ -154,7 +156,8 @@ def download(name: str, data_dir=None, force: bool = False, repo_id: str = DATA_
     """Download corpus ``name`` (``wiki1m``, ``nli``, ``senteval``) into the data folder; returns where it is.
 
     Args:
-        data_dir: the data folder (default :func:`csekit.data.default_data_dir`); created if missing.
+        data_dir: the data folder (default [`csekit.data.default_data_dir`][csekit.data.default_data_dir]); created if
+            missing.
         force: replace what is already there.
         endpoint: a Hub endpoint other than ``HF_ENDPOINT`` (tests serve one on 127.0.0.1).
     """

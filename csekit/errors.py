@@ -1,8 +1,10 @@
 """How csekit reports bad input: one line on stderr, exit status 2.
 
 Input the user chose that cannot work (a data file, a model folder, a flag value, a full disk) is raised as
-:class:`DataError` at the call site that knows why: the library errors of that site (transformers, torch, PyYAML,
-tarfile, the OS) are translated there, never by catching ``Exception``. :func:`report_errors` is the one boundary
+[`DataError`][csekit.errors.DataError] at the call site that knows why: the library errors of that site (transformers,
+torch, PyYAML,
+tarfile, the OS) are translated there, never by catching ``Exception``. [`report_errors`][csekit.errors.report_errors]
+is the one boundary
 every command and recipe runs in; any other exception is a bug and keeps its traceback. ``CSEKIT_DEBUG=1`` shows the
 full traceback of every error, bad input included.
 """
@@ -43,7 +45,8 @@ def storage_error(error: BaseException) -> Optional[str]:
 
 
 def report_errors(call: Callable[[], int]) -> int:
-    """``call()``'s exit status; bad input (a :class:`DataError`, or a model config's validator refusing a value)
+    """``call()``'s exit status; bad input (a [`DataError`][csekit.errors.DataError], or a model config's validator
+    refusing a value)
     becomes ``csekit: error: MESSAGE`` on stderr and status 2. With ``CSEKIT_DEBUG=1`` every error propagates."""
     from huggingface_hub.errors import StrictDataclassError
 

@@ -1,8 +1,8 @@
 """Content fingerprints for on-disk caches: an entry is valid for the exact weights, tokenizer and texts it was
 computed from, never for a name (a model folder can be overwritten in place, a corpus edited).
 
-Shared by the CLSR pooled-vector cache (:mod:`csekit.trainers.embedding_cache`) and the extraction hidden-state
-cache (:mod:`csekit.extraction.extractor`).
+Shared by the CLSR pooled-vector cache (`csekit.trainers.embedding_cache`) and the extraction hidden-state
+cache ([`csekit.extraction.extractor`][csekit.extraction.extractor]).
 
     module_fingerprint(model)          # sha256 over every parameter and buffer (names, dtypes, shapes, bytes)
     tokenizer_fingerprint(tokenizer)   # the tokenizer's vocabulary and pipeline, as canonical JSON

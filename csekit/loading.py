@@ -10,7 +10,8 @@ Every command and recipe that takes a model accepts the same three things, resol
   needs is fetched: configs, tokenizer files and the safetensors weights. Pickled weights (``pytorch_model*.bin``)
   are never loaded: a pickle can run code.
 
-Every folder is checked before use (:func:`csekit.preflight.read_model_config`: ``config.json`` readable, a model
+Every folder is checked before use ([`csekit.preflight.read_model_config`][csekit.preflight.read_model_config]:
+``config.json`` readable, a model
 type transformers implements).
 """
 
@@ -30,6 +31,7 @@ from .preflight import read_model_config, weight_files
 RESULTS_FILE = "eval_results.json"
 ARGUMENTS_FILE = "training_args.json"
 EMBEDDED_MODELS = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+SNAPSHOT_PATH = re.compile(r"models--(?P<repo>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})$")
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 # what from_pretrained, the tokenizer, the sentence-transformers layout and a csekit card need (fnmatch: '*' also
 # matches '/'): configs, tokenizer files, eval_results.json / training_args.json, the card's figure
@@ -59,7 +61,8 @@ def refuse_pickled_weights(name: str, folder: Path) -> None:
 
 
 def check_safetensors(folder) -> None:
-    """Raise :class:`DataError` naming the first ``*.safetensors`` file of ``folder`` that is truncated or has a
+    """Raise [`DataError`][csekit.loading.DataError] naming the first ``*.safetensors`` file of ``folder`` that is
+    truncated or has a
     corrupt header (what an interrupted copy or download leaves); only the headers are read."""
     from safetensors import SafetensorError, safe_open
 
@@ -75,7 +78,8 @@ def check_safetensors(folder) -> None:
 def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     """The local snapshot folder of Hub model ``repo_id``, downloaded into the Hugging Face cache if needed.
 
-    Raises :class:`DataError` with one line when the id is unknown, gated, or not cached while offline, and when the
+    Raises [`DataError`][csekit.loading.DataError] with one line when the id is unknown, gated, or not cached while
+    offline, and when the
     snapshot lacks ``config.json`` or (``require_weights``) weights, which is what an interrupted download leaves.
     """
     offline = constants.is_offline_mode()
@@ -107,8 +111,9 @@ def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
 def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
     """A local folder for ``name_or_path``: a model folder, the embedded MiniLM, or a Hub id (see module docstring).
 
-    Raises :class:`DataError` for a folder without ``config.json`` or (``require_weights``) without readable weights
-    (:func:`check_safetensors`), and for a path that is not a folder.
+    Raises [`DataError`][csekit.loading.DataError] for a folder without ``config.json`` or (``require_weights``)
+    without readable weights
+    ([`check_safetensors`][csekit.loading.check_safetensors]), and for a path that is not a folder.
     """
     folder = Path(name_or_path).expanduser()
     if folder.is_dir():
@@ -132,6 +137,32 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
     return resolved
 
 
+def snapshot_of(folder) -> Optional[tuple]:
+    """``(repo_id, commit)`` when ``folder`` is a snapshot of the Hugging Face cache
+    (``.../models--org--name/snapshots/<commit>``, which the Hub never changes), else ``None``."""
+    match = SNAPSHOT_PATH.search(Path(folder).resolve().as_posix())
+    return (match.group("repo").replace("--", "/"), match.group("commit")) if match else None
+
+
+def hub_id_of(name_or_path: str) -> Optional[str]:
+    """The Hub id of the model ``name_or_path`` names, when it is a Hub model: a Hub id itself, the embedded
+    all-MiniLM-L6-v2 (by name or by its folder: ``sentence-transformers/all-MiniLM-L6-v2``), a snapshot folder of the
+    Hugging Face cache (``.../models--org--name/snapshots/<commit>``); ``None`` for any other local folder."""
+    if name_or_path in EMBEDDED_MODELS:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+    folder = Path(name_or_path).expanduser()
+    if folder.exists():
+        resolved = folder.resolve()
+        embedded = embedded_minilm_path()
+        if embedded is not None and resolved == embedded.resolve():
+            return "sentence-transformers/all-MiniLM-L6-v2"
+        snapshot = snapshot_of(resolved)
+        return snapshot[0] if snapshot else None
+    if name_or_path.startswith((".", "/", "~")) or not HUB_ID.fullmatch(name_or_path):
+        return None
+    return name_or_path
+
+
 def resolve_device(name: Optional[str] = None) -> torch.device:
     """``None``/``"auto"``: the first CUDA GPU when there is one, else the CPU; otherwise a torch device string."""
     if name in (None, "auto"):
@@ -146,6 +177,7 @@ def resolve_device(name: Optional[str] = None) -> torch.device:
 
 
 __all__ = [
-    "ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "hub_snapshot",
+    "ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "hub_id_of",
+    "hub_snapshot", "snapshot_of",
     "resolve_device", "resolve_model_path",
 ]

@@ -1,10 +1,11 @@
 """The method registry: the one place that declares csekit's training methods.
 
-Every list of methods in the library and in the tests derives from :data:`METHODS`: the classes ``csekit``,
+Every list of methods in the library and in the tests derives from [`METHODS`][csekit.methods.METHODS]: the classes
+``csekit``,
 ``csekit.modeling`` and ``csekit.trainers`` export, the configs and models ``AutoConfig`` / ``AutoModel`` find,
 ``csekit train``'s choices, the model-card templates, and every test parametrized over methods (the conformance
 suite, ``tests/test_conformance.py``). A new method is its own files (config, model, trainer, recipe, card) plus one
-:class:`Method` entry here (``docs/add-a-method.md``).
+[`Method`][csekit.methods.Method] entry here (``docs/add-a-method.md``).
 
 Classes are named as ``"package.module:Name"`` strings and imported on first use, so reading the registry costs no
 torch (``csekit --help`` lists the methods in a fraction of a second).
@@ -104,7 +105,8 @@ METHODS: dict = {}
 
 
 def register(method: Method) -> Method:
-    """Add ``method`` to :data:`METHODS` (a name is registered once). Its config and model are registered with
+    """Add ``method`` to [`METHODS`][csekit.methods.METHODS] (a name is registered once). Its config and model are
+    registered with
     ``AutoConfig`` / ``AutoModel`` too, at once when csekit's Auto registration already ran."""
     if method.name in METHODS:
         raise ValueError(f"a method named {method.name!r} is already registered")
@@ -118,7 +120,7 @@ def register(method: Method) -> Method:
 
 
 def get_method(name: str) -> Method:
-    """The registered method ``name`` (a :class:`KeyError` naming the registered ones otherwise)."""
+    """The registered method ``name`` (a `KeyError` naming the registered ones otherwise)."""
     try:
         return METHODS[name]
     except KeyError:

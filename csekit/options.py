@@ -1,7 +1,7 @@
 """The command-line options several commands share, declared once, and the one check of sizes and counts.
 
 ``csekit evaluate`` and ``csekit extract`` (and the other commands, for the data folder) add these with the same
-names, defaults and help. :func:`positive_int` is the "integer >= 1" check of every size, length and count, in the
+names, defaults and help. `positive_int` is the "integer >= 1" check of every size, length and count, in the
 commands (as an argparse type) and in the recipes (``trainers/arguments.py``), so a bad value reads the same
 everywhere: ``argument --batch-size: must be an integer >= 1, got '0'``.
 """

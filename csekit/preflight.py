@@ -1,16 +1,24 @@
 """Check before work: what a command will need, verified before its first step.
 
-Every command calls these before it trains, encodes or writes anything; each failure is a :class:`DataError` of one
+Every command calls these before it trains, encodes or writes anything; each failure is a
+[`DataError`][csekit.preflight.DataError] of one
 line, ``<what>: <why>; <how to fix>``, and nothing has been written yet:
 
-* the model: :func:`read_model_config` (``config.json`` readable, with a ``model_type`` transformers knows without
-  running the folder's own code, of a backbone family csekit supports: :data:`SUPPORTED_BACKBONES`),
-  :func:`load_tokenizer` (tokenizer files there, and a probe sentence that is not all unknown tokens) and
-  :func:`check_model_inputs` (the tokenizer's ids fit the embedding matrix, the longest input fits the position
+* the model: [`read_model_config`][csekit.preflight.read_model_config] (``config.json`` readable, with a ``model_type``
+transformers knows without
+  running the folder's own code, of a backbone family csekit supports:
+  [`SUPPORTED_BACKBONES`][csekit.preflight.SUPPORTED_BACKBONES]),
+  [`load_tokenizer`][csekit.preflight.load_tokenizer] (tokenizer files there, and a probe sentence that is not all
+  unknown tokens) and
+  [`check_model_inputs`][csekit.preflight.check_model_inputs] (the tokenizer's ids fit the embedding matrix, the
+  longest input fits the position
   embeddings);
-* settings: :func:`check_finite` (every float a flag, a YAML file or a config gives is a finite number);
-* the outputs: :func:`check_output_dir` and :func:`check_output_file` (not under a file, writable);
-* a training run: :func:`check_training_arguments` (the hyper-parameters mean a run) and :func:`find_checkpoint`
+* settings: [`check_finite`][csekit.preflight.check_finite] (every float a flag, a YAML file or a config gives is a
+finite number);
+* the outputs: [`check_output_dir`][csekit.preflight.check_output_dir] and
+[`check_output_file`][csekit.preflight.check_output_file] (not under a file, writable);
+* a training run: [`check_training_arguments`][csekit.preflight.check_training_arguments] (the hyper-parameters mean a
+run) and [`find_checkpoint`][csekit.preflight.find_checkpoint]
   (the resume target, or the newest *complete* checkpoint for ``last``).
 
 The data a run reads (training file, evaluation sets) is read, and so checked, by the loaders the commands call first.
@@ -51,7 +59,8 @@ RUN_RECORD = "csekit_run.json"  # in every csekit checkpoint: the setup a resume
 
 # ------------------------------------------------------------------------------------------------ the model
 def read_model_config(folder) -> dict:
-    """``folder/config.json`` as a dict; raises :class:`DataError` when it is not JSON, has no ``model_type``, or
+    """``folder/config.json`` as a dict; raises [`DataError`][csekit.preflight.DataError] when it is not JSON, has no
+    ``model_type``, or
     names a model type only the folder's own code could build (csekit never runs a model folder's code)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -80,8 +89,10 @@ def backbone_table() -> str:
 
 
 def check_backbone(path, config: dict) -> None:
-    """Raise :class:`DataError` unless the backbone (a csekit config's ``encoder_config``) is a family of
-    :data:`SUPPORTED_BACKBONES`; decoder-only and encoder-decoder models are named as such."""
+    """Raise [`DataError`][csekit.preflight.DataError] unless the backbone (a csekit config's ``encoder_config``) is a
+    family of
+    [`SUPPORTED_BACKBONES`][csekit.preflight.SUPPORTED_BACKBONES]; decoder-only and encoder-decoder models are named as
+    such."""
     backbone = backbone_config(config)
     model_type = backbone.get("model_type") if isinstance(backbone, dict) else None
     if (model_type in SUPPORTED_BACKBONES and not backbone.get("is_decoder") and not backbone.get("add_cross_attention")
@@ -97,7 +108,8 @@ def check_backbone(path, config: dict) -> None:
                     f"{', '.join(SUPPORTED_BACKBONES)} (docs/training.md: Backbones)")
 
 def load_tokenizer(name: str, folder):
-    """The tokenizer saved in model ``folder`` (``name``: what the user typed), or a :class:`DataError`."""
+    """The tokenizer saved in model ``folder`` (``name``: what the user typed), or a
+    [`DataError`][csekit.preflight.DataError]."""
     from transformers import AutoTokenizer
 
     if not any(any(Path(folder).glob(pattern)) for pattern in TOKENIZER_FILES):
@@ -126,7 +138,8 @@ def backbone_config(config: dict) -> dict:
 
 
 def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[int], flag: str) -> None:
-    """Raise :class:`DataError` when ``tokenizer`` produces ids the embedding matrix lacks, or inputs of
+    """Raise [`DataError`][csekit.preflight.DataError] when ``tokenizer`` produces ids the embedding matrix lacks, or
+    inputs of
     ``max_length`` tokens need more position embeddings than the model has (``flag`` is the option that sets the
     length). Without ``max_length``, a tokenizer whose own maximum exceeds the positions is capped to them."""
     backbone = backbone_config(config)
@@ -156,7 +169,8 @@ def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[
 
 # ------------------------------------------------------------------------------------------------ settings
 def check_finite(flag: str, value) -> None:
-    """Raise :class:`DataError` when ``value`` (a setting, or a list of them) holds a float that is NaN or
+    """Raise [`DataError`][csekit.preflight.DataError] when ``value`` (a setting, or a list of them) holds a float that
+    is NaN or
     infinite: no learning rate, temperature or loss weight means anything then."""
     for item in value if isinstance(value, (list, tuple)) else (value,):
         if isinstance(item, float) and not math.isfinite(item):
@@ -164,7 +178,8 @@ def check_finite(flag: str, value) -> None:
 
 
 def check_finite_groups(groups) -> None:
-    """:func:`check_finite` on every field of the parsed argument dataclasses ``groups`` (``--name`` in the line)."""
+    """[`check_finite`][csekit.preflight.check_finite] on every field of the parsed argument dataclasses ``groups``
+    (``--name`` in the line)."""
     for group in groups:
         for item in dataclasses.fields(group):
             check_finite(f"--{item.name}", getattr(group, item.name, None))
@@ -374,9 +389,11 @@ def resume_differences(record: dict, expected: dict) -> list:
 
 
 def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
-    """Raise :class:`DataError` when ``checkpoint`` is not a csekit checkpoint (no :data:`RUN_RECORD`) or was made
+    """Raise [`DataError`][csekit.preflight.DataError] when ``checkpoint`` is not a csekit checkpoint (no
+    [`RUN_RECORD`][csekit.preflight.RUN_RECORD]) or was made
     with another setup than ``expected`` (every setting that changes the trained model:
-    :func:`csekit.trainers.arguments.setup_record`), naming each flag with both values, unless ``accept_changes``
+    [`csekit.trainers.arguments.setup_record`][csekit.trainers.arguments.setup_record]), naming each flag with both
+    values, unless ``accept_changes``
     (``--resume_accept_changes``). Returns the accepted differences, which the run then records."""
     path = Path(checkpoint) / RUN_RECORD
     try:

@@ -43,7 +43,7 @@ def shipped_help(method: str) -> Optional[str]:
 
 
 def render_help(method: str) -> str:
-    """The help of ``method``'s recipe parser, rendered live at :data:`WIDTH` columns."""
+    """The help of ``method``'s recipe parser, rendered live at `WIDTH` columns."""
     from .methods import get_method
 
     previous = os.environ.get("COLUMNS")

@@ -2,12 +2,12 @@
 
 A folder with ``modules.json`` is a pipeline of modules (Transformer, Pooling, Dense, Normalize, ...) plus settings
 (``sentence_bert_config.json``, ``config_sentence_transformers.json``: length, prompts). csekit scores such a folder
-with the vectors ``SentenceTransformer(folder).encode`` gives (:func:`load_st_embedder`): sentence-transformers is
+with the vectors ``SentenceTransformer(folder).encode`` gives (`load_st_embedder`): sentence-transformers is
 the oracle of its own format. Without sentence-transformers installed, csekit applies what it reproduces exactly (a
 root Transformer, mean or [CLS] pooling in either config format, Normalize, no prompt, no lower-casing) and refuses
-anything else in one line naming the module (:func:`plain_pipeline`).
+anything else in one line naming the module (`plain_pipeline`).
 
-:func:`module_entries` is the one reader of ``modules.json``: every module path is the folder itself (``""``) or a
+`module_entries` is the one reader of ``modules.json``: every module path is the folder itself (``""``) or a
 real sub-folder inside it, and a module folder holding only pickled weights is refused; ``csekit push`` lists a
 folder's files through it too.
 """
@@ -30,6 +30,7 @@ PLAIN_POOLERS = {"mean": "avg", "cls": "cls_before_pooler"}
 # reader applies at these values only
 CHANGING_SETTINGS = ("do_lower_case", "model_kwargs", "config_kwargs", "processor_kwargs", "tokenizer_args",
                      "model_args", "config_args", "processing_kwargs")
+ST_CHUNK_BATCHES = 4  # batches per SentenceTransformer.encode call while scoring (one step of csekit's bar)
 DEFAULT_SETTINGS = {"transformer_task": "feature-extraction", "module_output_name": "token_embeddings"}
 
 
@@ -108,7 +109,7 @@ def st_settings(folder: Path) -> dict:
 
 def plain_pipeline(name: str, folder: Path, entries: list) -> str:
     """The csekit pooler that computes ``folder``'s pipeline exactly without sentence-transformers, or a
-    :class:`DataError` naming the first module or setting it cannot apply."""
+    [`DataError`][csekit.st_folder.DataError] naming the first module or setting it cannot apply."""
     install = "pip install 'csekit[st]' to score it with sentence-transformers itself"
     kinds = [module_kind(entry) for entry in entries]
     if kinds[:2] != ["Transformer", "Pooling"] or entries[0].get("path") != "" or any(
@@ -165,7 +166,11 @@ def pipeline_name(modules: list) -> str:
 def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: int, device):
     """``(embed, info)`` for a sentence-transformers folder: ``SentenceTransformer(folder).encode``'s vectors (its
     modules, prompt, length; float32) when sentence-transformers is installed, else ``None`` so the caller applies
-    :func:`plain_pipeline`. A module type from outside sentence-transformers is refused (its code is never run)."""
+    `plain_pipeline`. A module type from outside sentence-transformers is refused (its code is never run)."""
+    import numpy as np
+
+    from .modeling.encoding import progress
+
     folder = Path(folder)
     entries = module_entries(folder)
     for index, entry in enumerate(entries):
@@ -190,9 +195,20 @@ def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: i
             "modules": modules, "prompt": st_settings(folder)["prompt"], "max_length": model.max_seq_length}
 
     def embed(sentences):
-        sentences = list(sentences)  # a bar as csekit's own encoding shows one: for more than 10 batches
-        return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True,
-                            show_progress_bar=len(sentences) > 10 * batch_size)
+        # SentenceTransformer.encode's own batches (its longest-first order), run a few batches a call so that the
+        # bar is csekit's: titled with what is encoded, and lines rather than redraws away from a terminal
+        sentences = list(sentences)
+        order = np.argsort([-len(sentence) for sentence in sentences], kind="stable")
+        chunk = ST_CHUNK_BATCHES * batch_size
+        vectors = None
+        for start in progress(range(0, len(sentences), chunk), disable=len(sentences) <= 10 * batch_size):
+            rows = order[start:start + chunk]
+            part = model.encode([sentences[row] for row in rows], batch_size=batch_size, convert_to_numpy=True,
+                                show_progress_bar=False)
+            if vectors is None:
+                vectors = np.empty((len(sentences), part.shape[1]), dtype=part.dtype)
+            vectors[rows] = part
+        return vectors
 
     return embed, info
 

@@ -1,12 +1,12 @@
 """One checked safetensors file per cache entry: the file format of both of csekit's on-disk caches (CLSR's pooled
-vectors in :mod:`csekit.trainers.embedding_cache`, the extraction's token states in
-:mod:`csekit.extraction.extractor`).
+vectors in `csekit.trainers.embedding_cache`, the extraction's token states in
+[`csekit.extraction.extractor`][csekit.extraction.extractor]).
 
 An entry is ``<directory>/<sha256 of its key>.safetensors``. Its metadata holds what the cache asks for (format,
-fingerprints, counts) and a sha256 over every tensor. :func:`load_entry` checks all of it again, so a file that is
+fingerprints, counts) and a sha256 over every tensor. `load_entry` checks all of it again, so a file that is
 unreadable, truncated, not safetensors, copied from another entry or garbled is reported with the reason (the cache
-rebuilds it), never used. Only safetensors is read, never a pickle. :func:`save_entry` writes through
-:mod:`csekit.atomic`, so a crash never leaves a half-written entry.
+rebuilds it), never used. Only safetensors is read, never a pickle. `save_entry` writes through
+[`csekit.atomic`][csekit.atomic], so a crash never leaves a half-written entry.
 """
 
 import hashlib

@@ -1,20 +1,70 @@
-"""MkDocs hooks: the Methods section of the navigation comes from the method registry (every registered method has
-its page, ``docs/methods/NAME.md``), and a public name of the API reference's modules without a docstring is a
-warning, which ``mkdocs build --strict`` turns into a failed build."""
+"""MkDocs hooks (mkdocs.yml ``hooks:``; not a page: ``exclude_docs`` keeps it out of the site).
 
+* The API reference reads the installed layout: setup.cfg installs ``modeling/`` as ``csekit.modeling`` (and
+  ``trainers/``, ``recipes/``, ``model_cards/`` likewise), which a reader of the checkout's folders cannot see, so the
+  build lays that package out once in a temporary folder of links and mkdocstrings reads it there: every object is
+  documented under the name it is imported by (``csekit.modeling.modeling_simcse.SimCSEModel``).
+* The Methods section of the navigation and the API reference's per-method entries come from the method registry
+  (every registered method has its page, ``docs/methods/NAME.md``); a method page's ``<!-- paper rows -->`` are the
+  rows of reproduce.md's table that run its recipe.
+* Equations are rendered at build time: pymdownx.arithmatex marks them, and each becomes MathML (latex2mathml), which
+  browsers draw without a script, so the site has no math renderer to fetch from elsewhere.
+* A public name of the API reference's modules without a docstring is a warning, which ``mkdocs build --strict``
+  turns into a failed build.
+"""
+
+import atexit
+import configparser
+import html
 import inspect
 import logging
+import re
+import shutil
+import tempfile
 from importlib import import_module
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+
 log = logging.getLogger("mkdocs.plugins.csekit")
 API_MODULES = ("csekit.methods", "csekit.trainers.runner", "csekit.trainers.augmentations",
-               "csekit.trainers.arguments", "csekit.trainers.trainer", "csekit.modeling.modeling_encoder")
+               "csekit.trainers.arguments", "csekit.trainers.trainer", "csekit.modeling.modeling_encoder",
+               "csekit.evaluation.sts", "csekit.evaluation.encoders", "csekit.publishing.model_card",
+               "csekit.publishing.hub", "csekit.publishing.onnx_export", "csekit.evaluation.score_cache")
+MATH = re.compile(r'<(?P<tag>span|div) class="arithmatex">\s*(?:\\\((?P<inline>.*?)\\\)|\\\[(?P<block>.*?)\\\])\s*'
+                  r'</(?P=tag)>', re.S)
 
 
+def installed_layout(root: Path) -> Path:
+    """A temporary folder where ``csekit`` is laid out as setup.cfg's ``package_dir`` installs it, removed when the
+    build ends: the package's own files copied (griffe reads a package from the real folder of its ``__init__.py``),
+    its sub-packages as links to the checkout's folders."""
+    parser = configparser.ConfigParser()
+    parser.read(root / "setup.cfg")
+    mapping = dict(line.split("=") for line in parser["options"]["package_dir"].split("\n") if "=" in line)
+    mapping = {name.strip(): root / folder.strip() for name, folder in mapping.items()}
+    layout = Path(tempfile.mkdtemp(prefix="csekit-docs-"))
+    atexit.register(shutil.rmtree, layout, ignore_errors=True)
+    package = layout / "csekit"
+    package.mkdir()
+    for entry in mapping["csekit"].iterdir():
+        if entry.is_dir() and entry.name != "__pycache__":
+            (package / entry.name).symlink_to(entry)
+        elif entry.suffix == ".py":
+            shutil.copy2(entry, package / entry.name)
+    for name, folder in mapping.items():
+        if name != "csekit":
+            (layout / name.replace(".", "/")).symlink_to(folder)
+    return layout
+
+
+@event_priority(100)  # before mkdocstrings' own on_config, which starts its handlers with these paths
 def on_config(config):
     from csekit.methods import METHODS
 
+    root = Path(config["config_file_path"]).parent
+    handler = config["plugins"]["mkdocstrings"].config["handlers"]["python"]
+    handler["paths"] = [str(installed_layout(root))]
     docs = Path(config["docs_dir"])
     pages = []
     for name in METHODS:
@@ -30,10 +80,24 @@ def on_config(config):
     return config
 
 
-def on_page_markdown(markdown, page, config, files):
+def method_api() -> str:
+    """The API reference's entries of every registered method: its model, training model, trainer and further
+    exports (the registry's classes, under the modules that define them); its config, with every field's type and
+    default, is on the method's page."""
+    from csekit.methods import METHODS
+
+    blocks = []
+    for name, method in METHODS.items():
+        config = method.config.replace(":", ".")
+        blocks.append(f"### {name}\n\nConfig: [`{config.rsplit('.', 1)[-1]}`][{config}] (on the method's page).\n")
+        training = (method.training_model,) if method.training_model else ()
+        for reference in (method.model, *training, method.trainer, *method.exports):
+            blocks.append(f"::: {reference.replace(':', '.')}\n    options:\n      heading_level: 4\n")
+    return "\n".join(blocks)
+
+
+def paper_rows(markdown: str, page, config) -> str:
     """A method page's ``<!-- paper rows -->``: the rows of reproduce.md's table that run its recipe."""
-    if "<!-- paper rows -->" not in markdown:
-        return markdown
     name = Path(page.file.src_path).stem
     table = [line for line in (Path(config["docs_dir"]) / "reproduce.md").read_text(encoding="utf-8").splitlines()
              if line.startswith("|")]
@@ -41,6 +105,27 @@ def on_page_markdown(markdown, page, config, files):
     if not rows:
         log.warning("%s: no row of reproduce.md runs recipes/%s.py", page.file.src_path, name)
     return markdown.replace("<!-- paper rows -->", "\n".join(table[:2] + rows))
+
+
+def on_page_markdown(markdown, page, config, files):
+    if "<!-- paper rows -->" in markdown:
+        markdown = paper_rows(markdown, page, config)
+    if "<!-- method api -->" in markdown:
+        markdown = markdown.replace("<!-- method api -->", method_api())
+    return markdown
+
+
+def mathml(match: re.Match) -> str:
+    from latex2mathml.converter import convert
+
+    block = match.group("block") is not None
+    latex = html.unescape(match.group("block") if block else match.group("inline"))
+    return convert(latex.strip(), display="block" if block else "inline")
+
+
+def on_page_content(content, page, config, files):
+    """Every equation arithmatex marked, as MathML."""
+    return MATH.sub(mathml, content)
 
 
 def on_pre_build(config):

@@ -1,2 +1,2 @@
 """Model-card templates (jinja2, one per method family), shipped as package data of ``csekit.model_cards`` and
-rendered by :mod:`csekit.publishing.model_card`."""
+rendered by [`csekit.publishing.model_card`][csekit.publishing.model_card]."""

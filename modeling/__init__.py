@@ -1,9 +1,10 @@
 """csekit models: configs, models, poolers and losses.
 
 The names below are imported on first use (PEP 562), so reading the pooler names costs no torch. The methods' classes
-come from the method registry (:data:`csekit.methods.METHODS`): this module keeps no list of methods. ``import
-csekit`` registers every method's config/model with ``AutoConfig``/``AutoModel`` (:func:`register_auto_classes`, run
-by :mod:`csekit.auto_registration` once transformers' Auto classes are imported, or on first use of a class here) and
+come from the method registry ([`csekit.methods.METHODS`][csekit.methods.METHODS]): this module keeps no list of
+methods. ``import
+csekit`` registers every method's config/model with ``AutoConfig``/``AutoModel`` (`register_auto_classes`, run
+by `csekit.auto_registration` once transformers' Auto classes are imported, or on first use of a class here) and
 marks them for ``auto_map`` + code export, so saved folders also load with ``trust_remote_code=True`` without csekit.
 
 Only this package file reads the registry; the configuration and modeling files import nothing outside this folder
@@ -71,7 +72,7 @@ def register_method_config(method) -> None:
 def register_auto_configs() -> None:
     """Register every registered method's config with ``AutoConfig`` only: reading a csekit ``config.json`` (a model
     card, a check) then needs none of the model code, nor transformers' ``modeling_utils``, seconds of imports.
-    Idempotent; :func:`register_auto_classes` registers the models too."""
+    Idempotent; `register_auto_classes` registers the models too."""
     global _configs_registered
     if _configs_registered or _registered:
         return
@@ -81,8 +82,8 @@ def register_auto_configs() -> None:
 
 
 def register_auto_classes() -> None:
-    """Register every registered method (:func:`register_method`); methods registered later are registered as they
-    arrive (:func:`csekit.methods.register`). Idempotent."""
+    """Register every registered method (`register_method`); methods registered later are registered as they
+    arrive ([`csekit.methods.register`][csekit.methods.register]). Idempotent."""
     global _registered
     if _registered:
         return

@@ -11,7 +11,8 @@ ENCODER_LAYOUTS = ("simclr", "literal")
 
 @strict
 class CLSRConfig(SentenceEncoderConfig):
-    r"""Configuration of :class:`CLSRModel`: a frozen encoder, its pooler, and the trained MLP encoder ``e``.
+    r"""Configuration of [`CLSRModel`][csekit.modeling.modeling_clsr.CLSRModel]: a frozen encoder, its pooler, and the
+    trained MLP encoder ``e``.
 
     Defaults follow the paper: mean pooling of the last layer (its Table 4 prefers it to [CLS]), an MLP with one
     hidden layer whose output has the backbone's hidden size, NT-Xent at temperature 0.1. The projection head ``h``

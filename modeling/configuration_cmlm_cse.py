@@ -1,25 +1,45 @@
 """CMLM-CSE configuration (Zhang & Chen, "CMLM-CSE: Based on Conditional MLM Contrastive Learning for Sentence
 Embeddings")."""
 
+import logging
+import math
+
 from huggingface_hub.dataclasses import strict
 
 from .configuration_simcse import SimCSEConfig
 
+logger = logging.getLogger(__name__)
 FUSION_INITS = ("next_layers", "top_layers", "random")
+PAPER_LAYERS = {"encoder": 12, "extractor_layers": 8, "fusion_layers": 3}  # BERT-base: extractor 8, fusioner 3
+
+
+def paper_auxiliary_layers(encoder_layers: int) -> dict:
+    """The paper's extractor and fusioner depths for an encoder of ``encoder_layers`` blocks: 8 and 3 on BERT-base's
+    12 (and on a deeper encoder, where they fit as they are); on a shallower one the same shares, 8/12 and 3/12 of
+    its blocks, rounded half up, at least 1 each (6 blocks: 4 and 2; 2 blocks: 1 and 1)."""
+    if encoder_layers >= PAPER_LAYERS["encoder"]:
+        return {name: PAPER_LAYERS[name] for name in ("extractor_layers", "fusion_layers")}
+    return {name: max(1, math.floor(PAPER_LAYERS[name] * encoder_layers / PAPER_LAYERS["encoder"] + 0.5))
+            for name in ("extractor_layers", "fusion_layers")}
 
 
 @strict
 class CMLMCSEConfig(SimCSEConfig):
-    r"""Configuration of :class:`CMLMCSEModel` and of its training-only auxiliary network.
+    r"""Configuration of [`CMLMCSEModel`][csekit.modeling.modeling_cmlm_cse.CMLMCSEModel] and of its training-only
+    auxiliary network.
 
-    The published model is a SimCSE encoder (every :class:`SimCSEConfig` field applies); the fields below describe
+    The published model is a SimCSE encoder (every [`SimCSEConfig`][csekit.modeling.configuration_simcse.SimCSEConfig]
+    field applies); the fields below describe
     the conditional-MLM auxiliary network used in training (``CMLMCSEForPreTraining``). Defaults are the paper's
     BERT-base setting: extractor 8, fusioner 3, mask rate 15%, lambda 0.005.
 
     Args:
         extractor_layers: transformer blocks of the frozen lexical feature extractor (the first blocks of the
-            *pretrained* encoder, with its embeddings); ``1 <= extractor_layers < num_hidden_layers``.
-        fusion_layers: transformer blocks of the semantic feature fusioner (>= 1).
+            *pretrained* encoder, with its embeddings); ``1 <= extractor_layers < num_hidden_layers``. Default: the
+            paper's 8 on a 12-block encoder, the same share on a shallower one (6 blocks: 4;
+            `paper_auxiliary_layers`), said in one log line.
+        fusion_layers: transformer blocks of the semantic feature fusioner (>= 1). Default: the paper's 3 on a
+            12-block encoder, the same share on a shallower one (6 blocks: 2).
         fusion_init: where the fusioner's blocks start. ``"next_layers"`` (default) copies the pretrained blocks
             right after the extractor's, ``extractor_layers .. extractor_layers + fusion_layers - 1`` (needs
             ``extractor_layers + fusion_layers <= num_hidden_layers``); ``"top_layers"`` copies the top
@@ -40,12 +60,25 @@ class CMLMCSEConfig(SimCSEConfig):
 
     model_type = "csekit-cmlm-cse"
 
-    extractor_layers: int = 8
-    fusion_layers: int = 3
+    extractor_layers: int | None = None
+    fusion_layers: int | None = None
     fusion_init: str = "next_layers"
     mask_rate: float = 0.15
     mlm_weight: float = 0.005
     contrastive_weight: float = 1.0
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        unset = [name for name in ("extractor_layers", "fusion_layers") if getattr(self, name) is None]
+        if unset:
+            layers = self.encoder_config.num_hidden_layers
+            depths = paper_auxiliary_layers(layers)
+            for name in unset:
+                setattr(self, name, depths[name])
+            if layers < PAPER_LAYERS["encoder"]:
+                logger.warning("CMLM-CSE on a %d-block encoder: %s, the paper's share of BERT-base's 12 blocks "
+                               "(extractor 8, fusioner 3)", layers, ", ".join(f"{name}={depths[name]}"
+                                                                             for name in unset))
 
     def validate_auxiliary_layers(self):
         layers = self.encoder_config.num_hidden_layers

@@ -7,7 +7,7 @@ from .configuration_encoder import SentenceEncoderConfig
 
 @strict
 class SimCSEConfig(SentenceEncoderConfig):
-    r"""Configuration of :class:`SimCSEModel`.
+    r"""Configuration of [`SimCSEModel`][csekit.modeling.modeling_simcse.SimCSEModel].
 
     Defaults are the paper's unsupervised BERT setting: [CLS] pooling with an MLP (linear + tanh) used only in
     training, InfoNCE over cosine similarities at temperature 0.05.

@@ -26,7 +26,7 @@ def paper_num_groups(model_type: str, hidden_size: int) -> int:
 
 @strict
 class WhitenedCSEConfig(SentenceEncoderConfig):
-    r"""Configuration of :class:`WhitenedCSEModel`.
+    r"""Configuration of [`WhitenedCSEModel`][csekit.modeling.modeling_whitenedcse.WhitenedCSEModel].
 
     Training head ("MLP" in the paper): whitening -> linear (hidden x hidden) -> tanh, on the pooled backbone feature
     of each view; the multi-positive contrastive loss (eq. 7 or 8) is computed on its output. Defaults follow the
@@ -39,7 +39,7 @@ class WhitenedCSEConfig(SentenceEncoderConfig):
     bert-base is 384 groups of 2 channels. Read as channels, 384 channels with a batch of 64 would be rank-deficient:
     every group's whitened batch is a regular simplex (all cosines -1/(N-1)), and the authors' code (``rsqrt`` of the
     eigenvalues, no eps) cannot even run it. ``num_groups=None`` resolves, when the config is built, to the paper's
-    k for the backbone (see :func:`paper_num_groups`), and ``config.json`` stores the number:
+    k for the backbone (see `paper_num_groups`), and ``config.json`` stores the number:
 
     * BERT (bert-base 768, 2 channels per group): 384; RoBERTa (768 -> 3 channels, 1024 -> 4): 256 (§4.1).
     * Hidden sizes the paper's k does not fit -- it does not divide bert-large's 1024 (the printed BERT-large setting

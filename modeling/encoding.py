@@ -1,10 +1,61 @@
-"""Length-sorted batched encoding shared by every csekit model and the evaluators."""
+"""Length-sorted batched encoding shared by every csekit model and the evaluators, and its progress display."""
 
-from typing import Callable, Optional, Sequence, Tuple
+import contextlib
+import contextvars
+import math
+import re
+import sys
+from typing import Callable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+# what the encoding bars say they encode, set by the caller that knows it (a run scoring its base model, a suite)
+_LABEL = contextvars.ContextVar("csekit_encoding_label", default=None)
+LINE_STEPS = 20  # away from a terminal, a progress line every 1/20 of the work (5%)
+
+
+@contextlib.contextmanager
+def encoding_label(label: str) -> Iterator[None]:
+    """Within the block, every encoding progress bar is titled ``label`` (``"Encoding all-MiniLM-L6-v2 (base model)
+    for the STS test sets"``) instead of ``"Encoding"``."""
+    token = _LABEL.set(label)
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
+
+
+class _LineStream:
+    """A stream for tqdm away from a terminal: each redraw becomes a line of its own (a log file gets lines, not
+    carriage returns)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text).replace("\r", "").strip()  # cursor moves of nested bars
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress(iterable=None, desc: Optional[str] = None, total: Optional[int] = None, disable: bool = False,
+             stream=None, **kwargs):
+    """A tqdm bar over ``iterable``: on a terminal the usual bar; elsewhere (a log file, a pipe, a notebook's
+    captured output) one line every 5% of ``total`` (default ``len(iterable)``) and one at the end, so a log holds
+    about 20 lines per bar. ``desc`` defaults to the [`encoding_label`][csekit.modeling.encoding.encoding_label] in
+    force."""
+    stream = stream if stream is not None else sys.stderr
+    desc = desc or _LABEL.get() or "Encoding"
+    if disable or getattr(stream, "isatty", lambda: False)():
+        return tqdm(iterable, desc=desc, total=total, disable=disable, file=stream, **kwargs)
+    total = total if total is not None else len(iterable)
+    return tqdm(iterable, desc=desc, total=total, file=_LineStream(stream), mininterval=0, maxinterval=math.inf,
+                miniters=max(1, math.ceil(total / LINE_STEPS)), ncols=100, **kwargs)
 
 
 def deduplicate(texts: Sequence[str]) -> Tuple[list, list]:
@@ -23,7 +74,7 @@ def encode_sentences(
     max_length: Optional[int] = None,
     device: Optional[torch.device] = None,
     show_progress_bar: Optional[bool] = None,
-    desc: str = "Encoding",
+    desc: Optional[str] = None,
 ) -> torch.Tensor:
     """Encode sentences in batches sorted by token length, returning vectors in the input order.
 
@@ -37,7 +88,10 @@ def encode_sentences(
         sentences: the texts.
         max_length: truncation length; ``None`` uses the tokenizer's model maximum.
         device: where batches go; ``None`` leaves them on CPU.
-        show_progress_bar: ``None`` shows a bar only for more than 10 batches.
+        show_progress_bar: ``None`` shows a bar ([`progress`][csekit.modeling.encoding.progress]) only for more than 10
+            batches.
+        desc: the bar's title; default the [`encoding_label`][csekit.modeling.encoding.encoding_label] in force, else
+            ``"Encoding"``.
     Returns:
         ``(len(sentences), hidden)`` float32 tensor on CPU.
     """
@@ -55,7 +109,7 @@ def encode_sentences(
         show_progress_bar = len(batches) > 10
     output = None
     with torch.inference_mode():
-        for index in tqdm(batches, desc=desc, disable=not show_progress_bar):
+        for index in progress(batches, desc=desc, disable=not show_progress_bar):
             batch = tokenizer([sentences[i] for i in index], padding=True, return_tensors="pt", **truncation)
             if device is not None:
                 batch = batch.to(device)

@@ -98,8 +98,10 @@ def info_nce_loss(
 ) -> torch.Tensor:
     r"""InfoNCE with in-batch negatives (SimCSE eq. 1 and, with hard negatives, eq. 5).
 
-    .. math:: \ell_i = -\log \frac{e^{\cos(h_i, h_i^+)/\tau}}{\sum_j e^{\cos(h_i, h_j^+)/\tau}
-              + \sum_j e^{\cos(h_i, h_j^-)/\tau + w\,[i=j]}}
+    $$
+    \ell_i = -\log \frac{e^{\cos(h_i, h_i^+)/\tau}}{\sum_j e^{\cos(h_i, h_j^+)/\tau}
+             + \sum_j e^{\cos(h_i, h_j^-)/\tau + w\,[i=j]}}
+    $$
 
     SimCSE adds the hard-negative weight ``w`` to the logit (after the temperature), as here.
 
@@ -114,7 +116,7 @@ def info_nce_loss(
             negatives of every process are the candidates (labels offset by ``rank``). The loss stays the mean over
             local anchors.
         candidate_mask: optional ``(B, candidates)`` boolean, True where a candidate leaves anchor i's denominator
-            (:func:`false_negative_mask`).
+            ([`false_negative_mask`][csekit.modeling.losses.false_negative_mask]).
     Returns:
         scalar loss (float32, or float64 for float64 inputs).
     """
@@ -136,7 +138,7 @@ def info_nce_loss(
 def nt_xent_loss(first: torch.Tensor, second: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
     r"""NT-Xent over ``2m`` sentences (SimCLR; CLSR eq. 1).
 
-    .. math:: \ell_{a,b} = -\log \frac{e^{\cos(v_a, v_b)/\tau}}{\sum_{i=1}^{2m} [i \neq a]\, e^{\cos(v_a, v_i)/\tau}}
+    $$ \ell_{a,b} = -\log \frac{e^{\cos(v_a, v_b)/\tau}}{\sum_{i=1}^{2m} [i \neq a]\, e^{\cos(v_a, v_i)/\tau}} $$
 
     Every one of the ``2m`` sentences is an anchor once: its positive is its pair partner, the other ``2m - 2``
     sentences are negatives, and its similarity to itself is excluded. Both ``(a, b)`` and ``(b, a)`` count.
@@ -172,20 +174,21 @@ def multi_positive_info_nce_terms(
 ) -> torch.Tensor:
     r"""Per-anchor, per-positive InfoNCE terms of WhitenedCSE (Zhuo et al., 2023, eq. 7-8).
 
-    .. math:: \ell_{i,p} = -\log \frac{e^{\cos(h_i, h_{i,p}^+)/\tau}}{\sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}}
+    $$ \ell_{i,p} = -\log \frac{e^{\cos(h_i, h_{i,p}^+)/\tau}}{\sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}} $$
 
     Positive ``p`` of anchor ``i`` competes with the ``p``-th positives of the other sentences (in-batch negatives,
-    gathered across processes like :func:`info_nce_loss`).
+    gathered across processes like [`info_nce_loss`][csekit.modeling.losses.info_nce_loss]).
 
     Args:
         anchors: ``(B, H)``.
         positives: ``(B, m, H)``; ``positives[i, p]`` is the ``p``-th positive of ``anchors[i]``.
-        rank, world_size: as for :func:`info_nce_loss`.
+        rank, world_size: as for [`info_nce_loss`][csekit.modeling.losses.info_nce_loss].
         candidate_mask: optional ``(B, N)`` boolean, True where sentence ``j``'s positives leave anchor ``i``'s
-            denominators (:func:`false_negative_mask`), for every ``p``.
+            denominators ([`false_negative_mask`][csekit.modeling.losses.false_negative_mask]), for every ``p``.
     Returns:
-        ``(B, m)`` float32 losses ``ℓ_{i,p}``; combine them with :func:`multi_positive_l1_loss` or
-        :func:`multi_positive_l2_loss`.
+        ``(B, m)`` float32 losses ``ℓ_{i,p}``; combine them with
+        [`multi_positive_l1_loss`][csekit.modeling.losses.multi_positive_l1_loss] or
+        [`multi_positive_l2_loss`][csekit.modeling.losses.multi_positive_l2_loss].
     """
     positives = gather_with_grad(positives, world_size)
     batch, num_positives = anchors.shape[0], positives.shape[1]
@@ -210,8 +213,10 @@ def multi_positive_l1_loss(terms: torch.Tensor, positive_weights: Optional[Seque
 def multi_positive_l2_loss(terms: torch.Tensor, positive_weights: Optional[Sequence[float]] = None) -> torch.Tensor:
     r"""WhitenedCSE eq. 8 ("L2"), sum inside the log with the paper's negative sign on the positive similarity:
 
-    .. math:: \log \sum_p \lambda_p\, e^{-\cos(h_i, h_{i,p}^+)/\tau} \sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}
-              = \log \sum_p \lambda_p\, e^{\ell_{i,p}}
+    $$
+    \log \sum_p \lambda_p\, e^{-\cos(h_i, h_{i,p}^+)/\tau} \sum_j e^{\cos(h_i, h_{j,p}^+)/\tau}
+    = \log \sum_p \lambda_p\, e^{\ell_{i,p}}
+    $$
 
     averaged over anchors: a soft maximum of the per-positive losses, dominated by the least similar positive.
     (Eq. 8 as printed divides by the candidate sum and negates the log, which rewards pushing positives apart.)

@@ -12,7 +12,7 @@ on ("the same settings as the unsupervised SimCSE": SimCSE's ``--do_mlm`` loads 
 ``cls.predictions``):
 
 * its transform (dense + activation + LayerNorm) and output bias are the checkpoint's pretrained MLM head (BERT's
-  ``cls.predictions.*``, RoBERTa's ``lm_head.*``), read at :meth:`CMLMCSEForPreTraining.from_encoder`; a backbone
+  ``cls.predictions.*``, RoBERTa's ``lm_head.*``), read at `CMLMCSEForPreTraining.from_encoder`; a backbone
   saved without one (the embedded MiniLM is a plain ``BertModel``) gets a fresh head, and the log says so;
 * its vocabulary projection is the *frozen extractor's* word-embedding matrix (the pretrained one, BERT's tying),
   never the trained encoder's: L_MLM then reaches the encoder only through h, as the method intends. Tied to the
@@ -20,14 +20,17 @@ on ("the same settings as the unsupervised SimCSE": SimCSE's ``--do_mlm`` loads 
 
 Design: two classes over one config.
 
-* :class:`CMLMCSEModel` is what gets published: encoder + pooler (+ SimCSE's training-only MLP with
+* [`CMLMCSEModel`][csekit.modeling.modeling_cmlm_cse.CMLMCSEModel] is what gets published: encoder + pooler (+ SimCSE's
+training-only MLP with
   ``pooler_type="cls"``). It *is* a SimCSE model with its own config class, so inference speed equals SimCSE's and
   the saved folder holds no auxiliary weights.
-* :class:`CMLMCSEForPreTraining` is the training-only subclass: the same encoder parameters (same state-dict keys)
-  plus ``auxiliary`` (:class:`CMLMAuxiliaryNetwork`). The Trainer trains, checkpoints and resumes this class, so the
+* `CMLMCSEForPreTraining` is the training-only subclass: the same encoder parameters (same state-dict keys)
+  plus ``auxiliary`` (`CMLMAuxiliaryNetwork`). The Trainer trains, checkpoints and resumes this class, so the
   fusioner, the MLM head and their optimizer state are in every checkpoint; the frozen extractor has
-  ``requires_grad=False``, so the optimizer never sees it. :meth:`CMLMCSEForPreTraining.sentence_encoder` returns
-  the publishable :class:`CMLMCSEModel` (``CMLMCSETrainer.save_model`` saves that one as the final model).
+  ``requires_grad=False``, so the optimizer never sees it.
+  [`CMLMCSEForPreTraining.sentence_encoder`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.sentence_encoder]
+  returns the publishable [`CMLMCSEModel`][csekit.modeling.modeling_cmlm_cse.CMLMCSEModel]
+  (``CMLMCSETrainer.save_model`` saves that one as the final model).
 
 The extractor is copied from the encoder when the auxiliary network is built, i.e. from the *pretrained* weights
 (``from_encoder``); it stays in eval mode (no dropout) and runs under ``torch.no_grad``, so it is bit-identical for
@@ -66,7 +69,7 @@ from .packing import PackedSequences, position_offset
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
-# transformers' MLM heads that :class:`MLMHead` reproduces: the name of each of its weights in the
+# transformers' MLM heads that `MLMHead` reproduces: the name of each of its weights in the
 # ``AutoModelForMaskedLM`` state dict, and the activation their forward applies (None: ``config.hidden_act``)
 MLM_HEADS = (
     ({"dense": "cls.predictions.transform.dense", "LayerNorm": "cls.predictions.transform.LayerNorm",
@@ -78,7 +81,7 @@ MLM_HEAD_KEYS = ("dense.weight", "dense.bias", "LayerNorm.weight", "LayerNorm.bi
 
 @dataclass
 class CMLMCSEPreTrainingOutput(SentenceEmbeddingOutput):
-    """Output of :class:`CMLMCSEForPreTraining`.
+    """Output of `CMLMCSEForPreTraining`.
 
     Args:
         embeddings: ``(batch, views, hidden)`` sentence vectors for the contrastive loss.
@@ -122,7 +125,7 @@ class MLMHead(nn.Module):
 
 
 def pretrained_mlm_head(encoder_name_or_path: str, config) -> Optional[dict]:
-    """The state dict of :class:`MLMHead` taken from the checkpoint's pretrained MLM head, or ``None`` when the
+    """The state dict of `MLMHead` taken from the checkpoint's pretrained MLM head, or ``None`` when the
     checkpoint has none (loaded through ``AutoModelForMaskedLM``: safetensors, shards and legacy names handled)."""
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # its load report of a missing head is this function's answer
@@ -236,7 +239,8 @@ class CMLMAuxiliaryNetwork(nn.Module):
 
 
 class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
-    """Training-time CMLM-CSE: the encoder of :class:`CMLMCSEModel` + :class:`CMLMAuxiliaryNetwork`.
+    """Training-time CMLM-CSE: the encoder of [`CMLMCSEModel`][csekit.modeling.modeling_cmlm_cse.CMLMCSEModel] +
+    `CMLMAuxiliaryNetwork`.
 
     ``forward`` returns the embeddings of every view (for InfoNCE) and, given ``mlm_input_ids``/``mlm_labels``, the
     conditional-MLM loss conditioned on view 0's embedding. Without them it is the plain encoder (``encode`` works).

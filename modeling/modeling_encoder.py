@@ -94,7 +94,8 @@ def load_csekit_model(name_or_path: str) -> Optional["SentenceEncoderPreTrainedM
 class SentenceEncoderPreTrainedModel(PreTrainedModel):
     """Encoder + pooling shared by SimCSE, WhitenedCSE, CMLM-CSE and CLSR.
 
-    Subclasses add their head in ``__init__`` and override :meth:`head`; the forward pass stays the same:
+    Subclasses add their head in ``__init__`` and override
+    [`head`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.head]; the forward pass stays the same:
     ``tokens -> encoder -> pool -> head``. Inputs may carry a views axis, ``(batch, views, seq_len)``, which is
     flattened for the encoder and restored on the outputs, so two dropout views cost one encoder call.
     """
@@ -171,15 +172,19 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         return pooled
 
     def inference_head_layers(self) -> Optional[list]:
-        """:meth:`head` in eval mode as ``[(nn.Linear, activation module), ...]``, the sentence-transformers Dense
+        """[`head`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.head] in eval mode as
+        ``[(nn.Linear, activation module), ...]``, the sentence-transformers Dense
         modules of the saved folder: ``[]`` for the identity, ``None`` when the head is not such a chain. A method
-        that overrides :meth:`head` overrides this too."""
+        that overrides [`head`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.head] overrides this
+        too."""
         return [] if type(self).head is SentenceEncoderPreTrainedModel.head else None
 
     def sentence_vectors(self, outputs: SentenceEmbeddingOutput) -> Optional[torch.Tensor]:
-        """The vectors :meth:`encode` returns, from a training forward's ``outputs`` with their graph and the views
-        of ``outputs.embeddings``: the pooled vectors through :meth:`inference_head_layers` (what the Matryoshka
-        terms truncate). ``None`` when the inference head is not such a chain."""
+        """The vectors [`encode`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.encode] returns, from
+        a training forward's ``outputs`` with their graph and the views
+        of ``outputs.embeddings``: the pooled vectors through
+        [`inference_head_layers`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.inference_head_layers]
+        (what the Matryoshka terms truncate). ``None`` when the inference head is not such a chain."""
         layers = self.inference_head_layers()
         if layers is None:
             return None
@@ -196,8 +201,9 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def save_pretrained(self, save_directory, *args, **kwargs) -> None:
         """transformers' save, plus the sentence-transformers files when the tokenizer is known (it is for every
         model csekit trains or loads), so the folder also loads with ``SentenceTransformer(folder)``
-        (:mod:`.sentence_transformers_layout`). The inference head is stored once, in the Dense modules, unless
-        :attr:`saving_checkpoint` is set (the trainer sets it while writing a checkpoint)."""
+        (`sentence_transformers_layout`). The inference head is stored once, in the Dense modules, unless
+        [`saving_checkpoint`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.saving_checkpoint] is set
+        (the trainer sets it while writing a checkpoint)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if self._tokenizer is not None and kwargs.get("is_main_process", True):
             write_sentence_transformers_layout(self, save_directory, self._tokenizer,
@@ -208,7 +214,7 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     @staticmethod
     def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
         """transformers' loading, given the head stored in the sentence-transformers Dense modules under the csekit
-        names (:func:`.sentence_transformers_layout.weights_with_dense_head`); other folders load unchanged."""
+        names (`weights_with_dense_head`); other folders load unchanged."""
         if state_dict is None and checkpoint_files:
             state_dict = weights_with_dense_head(model, checkpoint_files)
         return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args,
@@ -231,7 +237,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         """Run the encoder on a packed ``(1, N)`` row of ``sequence_lengths.numel()`` sentences (see ``packing.py``)
         and pool to ``(sentences, hidden)``. The positions restart at every sentence (from the backbone's own first
         position id), the boundaries reach the attention function through the backbone's ``**kwargs``, and the
-        layers the pooler reads are scattered back to the padded layout for the same :func:`pool`. Token type ids
+        layers the pooler reads are scattered back to the padded layout for the same
+        [`pool`][csekit.modeling.modeling_encoder.pool]. Token type ids
         are the backbone's default zeros, as a tokenizer gives them for single sentences."""
         packed = PackedSequences.from_lengths(sequence_lengths)
         layers = self.pooling_layers
@@ -288,7 +295,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
 
     # --------------------------------------------------------------------------------------------- gradient caching
     def split_chunks(self, inputs: dict, size: int) -> list:
-        """A training batch of :meth:`forward`'s arguments cut into consecutive chunks of ``size`` examples, each in
+        """A training batch of [`forward`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.forward]'s
+        arguments cut into consecutive chunks of ``size`` examples, each in
         the batch's own layout: padded tensors by rows, a packed row by the token spans of its examples (the row is
         example-major, ``packing.py``). A tensor this model cannot cut is refused, never sliced by guess."""
         lengths = inputs.get("sequence_lengths")
@@ -309,14 +317,20 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
                  "sequence_lengths": lengths[start:end]} for start, end in bounds]
 
     def chunk_forward(self, **inputs) -> SentenceEmbeddingOutput:
-        """The part of the training forward computed sentence by sentence: on a chunk of a batch (:meth:`split_chunks`)
-        it gives what :meth:`merge_chunks` joins into :meth:`forward`'s output for the whole batch. Gradient caching
+        """The part of the training forward computed sentence by sentence: on a chunk of a batch
+        ([`split_chunks`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.split_chunks])
+        it gives what [`merge_chunks`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.merge_chunks]
+        joins into [`forward`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.forward]'s output for
+        the whole batch. Gradient caching
         (``trainers/gradient_cache.py``) runs it twice per chunk. Here the whole forward: encoder, pooler and a head
         that maps each sentence alone. A method whose head mixes the sentences of a batch overrides both."""
         return self(**inputs)
 
     def merge_chunks(self, outputs: list, chunks: list) -> SentenceEmbeddingOutput:
-        """:meth:`forward`'s output for a whole batch from its chunks' :meth:`chunk_forward` outputs, in order:
+        """[`forward`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.forward]'s output for a whole
+        batch from its chunks'
+        [`chunk_forward`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.chunk_forward] outputs, in
+        order:
         ``merge_chunks([chunk_forward(**c) for c in chunks], chunks)`` equals ``forward(**batch)``, in value and in
         gradient."""
         return SentenceEmbeddingOutput(embeddings=torch.cat([output.embeddings for output in outputs]),
@@ -336,7 +350,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
                                       ) -> Optional[str]:
         """Switch to packed batches only if they are exact for this backbone: ``token_ids`` (a few probe sentences)
         are pooled padded with the backbone's own attention, then packed, in eval mode (no dropout); a packed
-        attention that raises :class:`~.packing.PackingUnsupported`, or pooled vectors that differ by more than
+        attention that raises [`PackingUnsupported`][csekit.modeling.packing.PackingUnsupported], or pooled vectors
+        that differ by more than
         ``tolerance`` relative to their largest entry (float32 rounding is ~1e-6), leave the model as it was.
         Returns why packing stays off, or ``None`` when the model now runs packed batches."""
         was_training = self.training
@@ -390,7 +405,7 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         batch_size: int = 64,
         max_length: Optional[int] = None,
         show_progress_bar: Optional[bool] = None,
-        desc: str = "Encoding",
+        desc: Optional[str] = None,
     ) -> torch.Tensor:
         """Run ``embed_batch`` (tokenized batch -> ``(batch, d)``) over ``sentences`` in eval mode, in length-sorted
         batches; returns ``(len(sentences), d)`` float32 on CPU in the input order."""
@@ -442,12 +457,18 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
 
 
 class SentenceEncoderForTraining:
-    """Base of a training-only model: a published sentence encoder (:attr:`published_class`) plus networks used
-    only in training (:attr:`auxiliary_modules`, e.g. CMLM-CSE's conditional-MLM network).
+    """Base of a training-only model: a published sentence encoder
+    ([`published_class`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.published_class]) plus networks
+    used
+    only in training
+    ([`auxiliary_modules`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.auxiliary_modules], e.g.
+    CMLM-CSE's conditional-MLM network).
 
     List it first among the bases, before the published class: ``class XForPreTraining(SentenceEncoderForTraining,
     XModel)``. Training checkpoints hold the whole training model, so a resume restores the auxiliary networks and
-    their optimizer state; the trainer's final ``save_model`` writes :meth:`sentence_encoder` only, the model users
+    their optimizer state; the trainer's final ``save_model`` writes
+    [`sentence_encoder`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.sentence_encoder] only, the model
+    users
     load.
     """
 
@@ -455,7 +476,8 @@ class SentenceEncoderForTraining:
     auxiliary_modules: tuple = ()
 
     def sentence_encoder(self) -> SentenceEncoderPreTrainedModel:
-        """A :attr:`published_class` model with a copy of this model's weights, the auxiliary networks left out."""
+        """A [`published_class`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.published_class] model
+        with a copy of this model's weights, the auxiliary networks left out."""
         published = self.published_class(self.config)
         prefixes = tuple(f"{name}." for name in self.auxiliary_modules)
         published.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith(prefixes)},

@@ -114,7 +114,8 @@ class WhitenedCSEModel(SentenceEncoderPreTrainedModel):
         return vectors
 
     def chunk_forward(self, **inputs) -> SentenceEmbeddingOutput:
-        """In training, the backbone features only: the whitening needs the whole batch (:meth:`merge_chunks`)."""
+        """In training, the backbone features only: the whitening needs the whole batch
+        ([`merge_chunks`][csekit.modeling.modeling_whitenedcse.WhitenedCSEModel.merge_chunks])."""
         if not self.training:
             return super().chunk_forward(**inputs)
         return SentenceEmbeddingOutput(pooled=self.training_views(**inputs))

@@ -2,15 +2,18 @@
 
 Layout. A packed batch holds the real tokens of all its sentences back to back in one row, ``input_ids (1, N)``,
 and ``sequence_lengths (batch, views)``: the token count of view ``v`` of example ``i``, the sequences being stored
-example-major (``i`` then ``v``), as ``(batch, views, seq_len)`` tensors flatten. :class:`PackedSequences` derives
+example-major (``i`` then ``v``), as ``(batch, views, seq_len)`` tensors flatten.
+[`PackedSequences`][csekit.modeling.packing.PackedSequences] derives
 from the lengths what the encoder needs: position ids that restart for every sentence, and the boundaries
 ``cu_seq_lens`` with the longest length, which reach the attention function through the backbone's ``**kwargs``
 (transformers' ``TransformersKwargs``: ``cu_seq_lens_q/k``, ``max_length_q/k``). Embeddings, linear layers,
 LayerNorm, GELU and dropout then see the ``N`` real tokens instead of ``sentences x longest`` positions.
 
 Attention. BERT's mask builder does not derive sentence boundaries from ``position_ids`` (only the causal builder
-does), so :func:`packed_attention` takes them from the boundaries passed down. On CPU, and on GPU without
-flash-attn, it scatters q/k/v into :data:`ATTENTION_BLOCKS` padded ``(sentences, heads, longest, dim)`` blocks of
+does), so [`packed_attention`][csekit.modeling.packing.packed_attention] takes them from the boundaries passed down. On
+CPU, and on GPU without
+flash-attn, it scatters q/k/v into [`ATTENTION_BLOCKS`][csekit.modeling.packing.ATTENTION_BLOCKS] padded ``(sentences,
+heads, longest, dim)`` blocks of
 sentences of similar length, runs one SDPA call per block with its key mask, and gathers the real rows back: a few
 calls for the whole batch, never one per sentence (whose per-call overhead would outweigh what packing saves),
 and not one block padded to the longest sentence (a supervised batch's short hypotheses would pay for its
@@ -28,11 +31,13 @@ What it implements, and nothing else. Within-sentence, bidirectional attention, 
 (``sliding_window``, ModernBERT's local layers) applied inside each block: a query attends to the keys of its own
 sentence less than ``sliding_window`` positions away (flash-attention's convention, which the backbone's
 ``sliding_window`` argument follows; its padded mask is the same band). Any other attention feature (causal
-masking, logit softcapping, an extra mask or bias) raises :class:`PackingUnsupported`, and the model's
-:meth:`packing_mismatch` probe, run before training, then turns packing off. No ``N x N`` mask is ever built: a
+masking, logit softcapping, an extra mask or bias) raises
+[`PackingUnsupported`][csekit.modeling.packing.PackingUnsupported], and the model's
+`packing_mismatch` probe, run before training, then turns packing off. No ``N x N`` mask is ever built: a
 packed row's mask builder returns ``None`` and each block's mask is ``(sentences, longest, longest)`` at most.
 
-Poolers. :meth:`PackedSequences.unpack` scatters the layers a pooler reads back into ``(sentences, longest, hidden)``
+Poolers. [`PackedSequences.unpack`][csekit.modeling.packing.PackedSequences.unpack] scatters the layers a pooler reads
+back into ``(sentences, longest, hidden)``
 with the matching attention mask, and the padded poolers of ``pooling.py`` run unchanged: one pooling code path.
 """
 
@@ -54,14 +59,16 @@ ATTENTION_BLOCKS = 4
 
 
 class PackingUnsupported(RuntimeError):
-    """The backbone asked :func:`packed_attention` for an attention feature it does not implement."""
+    """The backbone asked [`packed_attention`][csekit.modeling.packing.packed_attention] for an attention feature it
+    does not implement."""
 
 
 @dataclass
 class PackedSequences:
     """Boundaries of the sequences of one packed row, and the maps between the packed layout and padded ones.
 
-    Built once per forward (:meth:`from_lengths`, one host read of the lengths) and handed to every layer's
+    Built once per forward ([`from_lengths`][csekit.modeling.packing.PackedSequences.from_lengths], one host read of
+    the lengths) and handed to every layer's
     attention through the backbone's ``**kwargs`` (``packed_sequences``), so no layer waits on the device.
     """
 
@@ -104,7 +111,8 @@ class PackedSequences:
 
     def attention_kwargs(self) -> dict:
         """What the attention function needs, passed through the backbone's ``**kwargs``: transformers' varlen keys
-        (which its flash-attention path reads) and this object (which :func:`packed_attention` reads)."""
+        (which its flash-attention path reads) and this object (which
+        [`packed_attention`][csekit.modeling.packing.packed_attention] reads)."""
         return {"cu_seq_lens_q": self.cu_seq_lens, "cu_seq_lens_k": self.cu_seq_lens,
                 "max_length_q": self.max_length, "max_length_k": self.max_length, "packed_sequences": self}
 
@@ -123,7 +131,8 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
 
     ``query``/``key``/``value`` are ``(1, heads, N, dim)``; returns ``((1, N, heads, dim), None)`` as transformers'
     attention functions do. The tokens are scattered into a few padded blocks of sentences of similar length
-    (:data:`ATTENTION_BLOCKS`), each attended by one SDPA call with its key mask, and gathered back. Without
+    ([`ATTENTION_BLOCKS`][csekit.modeling.packing.ATTENTION_BLOCKS]), each attended by one SDPA call with its key mask,
+    and gathered back. Without
     ``cu_seq_lens_q`` (a padded batch) this is transformers' SDPA function.
     """
     packed = kwargs.pop("packed_sequences", None)
@@ -162,13 +171,15 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
 
 
 def packed_mask(*args, attention_mask=None, **kwargs):
-    """The mask builder of :data:`PACKED_ATTENTION`: ``None`` for a packed row (no 2D mask: the boundaries and any
-    local window are applied per block by :func:`packed_attention`), SDPA's mask for a padded batch."""
+    """The mask builder of [`PACKED_ATTENTION`][csekit.modeling.packing.PACKED_ATTENTION]: ``None`` for a packed row
+    (no 2D mask: the boundaries and any
+    local window are applied per block by [`packed_attention`][csekit.modeling.packing.packed_attention]), SDPA's mask
+    for a padded batch."""
     return None if attention_mask is None else sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
 
 
 def register_packed_attention() -> None:
-    """Make :data:`PACKED_ATTENTION` a name transformers resolves (idempotent)."""
+    """Make [`PACKED_ATTENTION`][csekit.modeling.packing.PACKED_ATTENTION] a name transformers resolves (idempotent)."""
     AttentionInterface.register(PACKED_ATTENTION, packed_attention)
     AttentionMaskInterface.register(PACKED_ATTENTION, packed_mask)
 
@@ -191,10 +202,11 @@ def packing_unsupported(encoder: PreTrainedModel) -> Optional[str]:
 
 
 def use_packed_attention(module: torch.nn.Module) -> list:
-    """Route the attention of every transformers model inside ``module`` through :func:`packed_attention` (a
+    """Route the attention of every transformers model inside ``module`` through
+    [`packed_attention`][csekit.modeling.packing.packed_attention] (a
     varlen flash-attention choice is kept: it reads the same boundaries). The setting is not saved in
     ``config.json``: a saved model loads with stock transformers and its default attention. Returns what
-    :func:`restore_attention` needs to undo it."""
+    [`restore_attention`][csekit.modeling.packing.restore_attention] needs to undo it."""
     register_packed_attention()
     # every config below the wrapper: the backbone's, and those of blocks copied out of it (CMLM-CSE's extractor
     # and fusioner hold copies of their own)
@@ -209,6 +221,7 @@ def use_packed_attention(module: torch.nn.Module) -> list:
 
 
 def restore_attention(previous: list) -> None:
-    """Undo :func:`use_packed_attention` (its return value): each config gets its attention implementation back."""
+    """Undo [`use_packed_attention`][csekit.modeling.packing.use_packed_attention] (its return value): each config gets
+    its attention implementation back."""
     for config, implementation in previous:
         config._attn_implementation = implementation

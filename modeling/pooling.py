@@ -66,7 +66,7 @@ def encoder_layer_states(encoder, layers: Sequence[int], input_ids, attention_ma
 
     Returns ``(outputs, hidden_states, static)``: ``hidden_states[i]`` is block ``i``'s output (every block only when
     more than the last one is needed), ``static`` the input token embeddings when ``layers`` holds
-    :data:`STATIC_EMBEDDINGS_LAYER`, else ``None``.
+    [`STATIC_EMBEDDINGS_LAYER`][csekit.modeling.pooling.STATIC_EMBEDDINGS_LAYER], else ``None``.
     """
     last = encoder.config.num_hidden_layers
     needs_all_layers = list(layers) != [last]
@@ -103,7 +103,7 @@ def pool(
 
     Args:
         pooler_type: one of ``POOLER_TYPES``.
-        layers: absolute layer indices from :func:`resolve_pooling_layers`.
+        layers: absolute layer indices from [`resolve_pooling_layers`][csekit.modeling.pooling.resolve_pooling_layers].
         hidden_states: ``num_hidden_layers + 1`` tensors ``(batch, seq_len, hidden)``; index 0 is the embedding
             output. Only the layers in ``layers`` are read, so a caller may pass a sparse sequence.
         attention_mask: ``(batch, seq_len)``, 1 for real tokens.

@@ -19,14 +19,14 @@ Layout (written by ``save_pretrained`` when the model knows its tokenizer)::
 Every weight is stored once: the index of the csekit model points into ``encoder/`` and the Dense modules, so neither
 the folder, the Hub repository nor the Hugging Face cache holds the backbone or the head twice. sentence-transformers
 reads a Dense file's ``linear.weight``/``linear.bias`` and nothing else, so those are its keys;
-:func:`weights_with_dense_head` gives transformers' loader the csekit names (``mlp.dense.weight``...), derived from
-the model's :meth:`inference_head_layers` as the writer derives the folders. Training checkpoints keep the head in
+`weights_with_dense_head` gives transformers' loader the csekit names (``mlp.dense.weight``...), derived from
+the model's `inference_head_layers` as the writer derives the folders. Training checkpoints keep the head in
 ``model-head.safetensors`` too (``head_in_dense=False``): the Trainer resumes with ``load_sharded_checkpoint``,
 which reads keys by name.
 
 A model whose inference is not backbone -> last-layer [CLS] or mean -> Linear/activation chain (the multi-layer
 poolers ``avg_first_last``, ``avg_top2``, ``layers``; WhitenedCSE's whitened representations) gets no
-sentence-transformers files; :func:`sentence_transformers_layout_problem` says why, the model card repeats it, and
+sentence-transformers files; `sentence_transformers_layout_problem` says why, the model card repeats it, and
 ``csekit export-st --layout remote-code`` covers it.
 """
 
@@ -45,6 +45,23 @@ INDEX_FILE = "model.safetensors.index.json"
 POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
 # files of the layout at the folder's top level (a folder committed over an older model replaces or removes them)
 TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
+# the oldest sentence-transformers that reads this layout (setup.cfg's lower bound), named as the writing version
+# when sentence-transformers is not installed (a newer one there would make older readers warn)
+LAYOUT_SENTENCE_TRANSFORMERS = "5.0.0"
+
+
+def layout_versions() -> dict:
+    """``config_sentence_transformers.json``'s ``__version__``, as sentence-transformers writes it: the versions of
+    sentence-transformers (installed, else the oldest that reads the layout), transformers and torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import transformers
+
+    try:
+        writer = version("sentence-transformers")
+    except PackageNotFoundError:
+        writer = LAYOUT_SENTENCE_TRANSFORMERS
+    return {"sentence_transformers": writer, "transformers": transformers.__version__, "pytorch": torch.__version__}
 ST_MODULES = {"Transformer": "sentence_transformers.base.modules.Transformer",
               "Pooling": "sentence_transformers.sentence_transformer.modules.Pooling",
               "Dense": "sentence_transformers.base.modules.Dense",
@@ -114,7 +131,7 @@ def dense_head_keys(model) -> dict:
 
 def weights_with_dense_head(model, checkpoint_files) -> Optional[dict]:
     """The weights of ``checkpoint_files`` (resolved paths from transformers' loader) under the csekit names, the
-    Dense modules' ``linear.*`` renamed to the head's keys (:func:`dense_head_keys`); ``None`` when no file is a
+    Dense modules' ``linear.*`` renamed to the head's keys (`dense_head_keys`); ``None`` when no file is a
     Dense module's (a single file, a checkpoint, a folder saved before the head moved), to load as transformers
     does. Tensors are read lazily (safetensors slices), as transformers itself reads them."""
     from safetensors import safe_open
@@ -141,7 +158,7 @@ def weights_with_dense_head(model, checkpoint_files) -> Optional[dict]:
 
 def _split_weights(folder: Path, prefix: str, dense: dict) -> dict:
     """Rewrite ``model.safetensors`` as ``encoder/model.safetensors`` (``prefix.*``) + the Dense modules (the keys
-    of ``dense``, see :func:`dense_head_keys`) + ``model-head.safetensors`` (the rest) + the index that transformers
+    of ``dense``, see `dense_head_keys`) + ``model-head.safetensors`` (the rest) + the index that transformers
     reads; a sharded save (over ``max_shard_size``) stays as it is. Returns the weights read."""
     weights = load_file(folder / "model.safetensors")
     encoder = {key: value for key, value in weights.items() if key.startswith(prefix + ".")}
@@ -172,7 +189,7 @@ def write_sentence_transformers_layout(model, folder, tokenizer, head_in_dense: 
 
     ``head_in_dense``: the inference head is stored in the Dense modules only (a published folder); ``False`` keeps
     it in ``model-head.safetensors`` as well (a training checkpoint, see the module docstring).
-    Returns whether the files were written (see :func:`sentence_transformers_layout_problem`).
+    Returns whether the files were written (see `sentence_transformers_layout_problem`).
     """
     folder = Path(folder)
     if sentence_transformers_layout_problem(model) or not (folder / "model.safetensors").is_file():
@@ -214,7 +231,8 @@ def write_sentence_transformers_layout(model, folder, tokenizer, head_in_dense: 
                         "type": ST_MODULES["Normalize"]})
     _write_json(folder / "modules.json", modules)
     _write_json(folder / "config_sentence_transformers.json",
-                {"model_type": "SentenceTransformer", "prompts": settings.get("prompts", {}),
+                {"__version__": layout_versions(), "model_type": "SentenceTransformer",
+                 "prompts": settings.get("prompts", {}),
                  "default_prompt_name": settings.get("default_prompt_name"),
                  "similarity_fn_name": settings.get("similarity_fn_name", "cosine")})
     return True

@@ -88,7 +88,8 @@ def whitening_matrices(covariance: torch.Tensor, kind: str, eps: float, differen
 
 
 class GroupWhitening(nn.Module):
-    """Batch whitening of ``(N, d)`` or ``(draws, N, d)`` features, one of :data:`WHITENING_TYPES`.
+    """Batch whitening of ``(N, d)`` or ``(draws, N, d)`` features, one of
+    [`WHITENING_TYPES`][csekit.modeling.whitening.WHITENING_TYPES].
 
     Args:
         hidden_size: ``d``.

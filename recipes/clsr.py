@@ -46,7 +46,7 @@ from csekit.errors import DataError
 from csekit.evaluation.geometry import GeometryEvaluator
 from csekit.evaluation.protocol import protocol_record
 from csekit.evaluation.sts import DEV_TASKS, STS_TASKS, CachedSTSEvaluator, STSEvaluator, format_sts_table
-from csekit.loading import resolve_model_path
+from csekit.loading import hub_id_of, resolve_model_path
 from csekit.methods import Method, get_method
 from csekit.modeling import CLSRConfig, CLSRModel
 from csekit.preflight import (
@@ -60,7 +60,7 @@ from csekit.preflight import (
     read_model_config,
 )
 from csekit.trainers.arguments import DataArguments, config_kwargs, model_arguments, parse_recipe_args, setup_record
-from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
+from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments, steps_as_epochs
 from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.output_dir import RunFolder
@@ -105,7 +105,8 @@ class CLSRDataArguments(DataArguments):
 class CLSRRecipe:
     """CLSR's recipe: a head trained on cached vectors of a frozen encoder (this module's docstring says how). It has
     the contrastive recipes' shape (``argument_types``, ``parse``, ``build_model``, ``main``) and their end of run
-    (:func:`~csekit.trainers.runner.commit_run`); its training loop is :class:`~csekit.trainers.clsr.CLSRTrainer`,
+    ([`commit_run`][csekit.trainers.runner.commit_run]); its training loop is
+    [`CLSRTrainer`][csekit.trainers.clsr.CLSRTrainer],
     not a ``Trainer``."""
 
     method: Method
@@ -139,7 +140,7 @@ class CLSRRecipe:
 
     def build_model(self, args, backbone: BackboneArguments, seed: int, checked: Optional[tuple] = None) -> CLSRModel:
         """The model: the frozen backbone (pretrained, or random with ``--random_init``), its pooling and a fresh
-        ``e`` seeded by ``seed``; ``checked`` is :meth:`check_backbone`'s answer when the caller has it."""
+        ``e`` seeded by ``seed``; ``checked`` is `check_backbone`'s answer when the caller has it."""
         path, tokenizer = checked or self.check_backbone(args, backbone)
         options = config_kwargs(args, CLSRConfig)
         set_seed(seed)  # e's initialisation (and a random backbone's) draw from the global generator
@@ -186,6 +187,7 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     limit = data_args.max_train_samples  # the first N pairs, before the held-out filter
     corpus = build_pair_corpus(first[:limit], second[:limit], held_out, drop=data_args.test_overlap == "drop")
     require_full_batch(corpus, training_args.per_device_train_batch_size)  # before the model loads
+    training_args = steps_as_epochs(training_args, len(corpus.pairs) // training_args.per_device_train_batch_size)
     model = recipe.build_model(model_args, backbone_args, training_args.seed, checked).to(state.device)
     dev_overlap = [name for name in corpus.contaminated if name.endswith("-dev")]
     if dev_overlap:
@@ -202,7 +204,7 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
 def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, state, model_args, backbone_args,
                       data_args, training_args, resume: Optional[dict] = None, run_record: Optional[dict] = None
                       ) -> None:
-    """:func:`run_clsr_recipe` once everything is checked and the output folder is held."""
+    """`run_clsr_recipe` once everything is checked and the output folder is held."""
     cache = EmbeddingCache(data_args.cache_dir)
     start = time.perf_counter()
     train_entry = cache.get(model, corpus.sentences, data_args.encode_batch_size, across_processes=True)
@@ -226,7 +228,7 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
 
     def score() -> tuple:
         record = {
-            "model": training_args.output_dir, "base_model": model_args.model_name_or_path,
+            "model": training_args.output_dir, "base_model": hub_id_of(model_args.model_name_or_path),
             "pooler": model.config.pooler_type, "train_data": data_args.train_file,
             "test_overlap": data_args.test_overlap, "pairs": len(corpus.pairs), "dropped_pairs": corpus.dropped,
             "overlap_pairs": corpus.overlap, "contaminated": corpus.contaminated,

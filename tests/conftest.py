@@ -1,11 +1,11 @@
 """Shared fixtures: tiny random encoders built in code, the real MiniLM tokenizer, the data folders, and subprocesses
 that cannot hang the suite (free rendezvous ports, a deadline that kills the whole process group).
 
-Data. Every test runs on a small folder that the suite builds (:mod:`tests.synthetic_data`): ``CSEKIT_DATA_DIR``
+Data. Every test runs on a small folder that the suite builds (`tests.synthetic_data`): ``CSEKIT_DATA_DIR``
 points at it for the whole session, subprocesses included, so the suite needs no data folder anywhere. The few tests
 whose oracle is a published number on the real data (MTEB's score for MiniLM, the extraction paper's rows, the
 papers' pair counts) take the ``real_data_dir`` fixture instead, which marks them ``real_data``: they run when the
-test runner's ``CSEKIT_DATA_DIR`` names a real data folder, and skip otherwise with :data:`REAL_DATA_REASON`.
+test runner's ``CSEKIT_DATA_DIR`` names a real data folder, and skip otherwise with `REAL_DATA_REASON`.
 """
 
 import contextlib
@@ -128,6 +128,14 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def score_cache(tmp_path, monkeypatch) -> Path:
+    """A score cache of the test's own (csekit.evaluation.score_cache), never the user's ~/.cache."""
+    folder = tmp_path / "score-cache"
+    monkeypatch.setenv("CSEKIT_SCORE_CACHE", str(folder))
+    return folder
+
+
 def run_isolated_python(code: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter where csekit cannot be imported.
 
@@ -165,7 +173,7 @@ def saved_tiny_model(tmp_path_factory, tokenizer):
 # ------------------------------------------------------------------------------------------------ tiny recipe runs
 def recipe_flags(method: str) -> list:
     """The method flags that build a recipe's model on the 2-layer, hidden-32 test backbone: the registry's
-    ``test_flags`` (:mod:`csekit.methods`)."""
+    ``test_flags`` (`csekit.methods`)."""
     from csekit.methods import get_method
 
     return list(get_method(method).test_flags)
@@ -239,7 +247,7 @@ def load_weights(folder) -> dict:
 
 
 def save_tiny_backbone(folder: Path, tokenizer, dropout: float = 0.1) -> Path:
-    """A seeded random :func:`tiny_bert_config` BERT + the MiniLM tokenizer: a ``--model_name_or_path`` folder."""
+    """A seeded random `tiny_bert_config` BERT + the MiniLM tokenizer: a ``--model_name_or_path`` folder."""
     torch.manual_seed(0)
     config = tiny_bert_config(max_position_embeddings=512, hidden_dropout_prob=dropout,
                               attention_probs_dropout_prob=dropout)
@@ -296,7 +304,7 @@ def free_ports(count: int = 1) -> list:
 class BoundedProcess:
     """A subprocess in its own process group with a deadline; output goes to files (never a pipe that can fill).
 
-    :meth:`wait` returns the ``CompletedProcess``; past the deadline it kills the whole group (a launcher and its
+    `wait` returns the ``CompletedProcess``; past the deadline it kills the whole group (a launcher and its
     workers) and fails the test with the end of the command's stderr, as it does for a non-zero exit with
     ``check=True``.
     """
@@ -343,5 +351,5 @@ class BoundedProcess:
 
 
 def run_bounded(command: list, timeout: float, check: bool = True, **popen_kwargs) -> subprocess.CompletedProcess:
-    """:class:`BoundedProcess` started and waited for."""
+    """`BoundedProcess` started and waited for."""
     return BoundedProcess(command, timeout, **popen_kwargs).wait(check)

@@ -1,6 +1,6 @@
 """A Hugging Face Hub on 127.0.0.1 for the download tests, and a hand-built Hub cache for the offline ones.
 
-:class:`FakeHub` answers the requests huggingface_hub 2.4 makes for ``hf_hub_download``, ``snapshot_download`` and
+`FakeHub` answers the requests huggingface_hub 2.4 makes for ``hf_hub_download``, ``snapshot_download`` and
 ``HfApi.get_paths_info`` (the resolve HEAD/GET with ``X-Repo-Commit``, ``X-Linked-Etag``, ``X-Linked-Size``;
 ``/api/{models,datasets}/<repo>/revision/<rev>``; ``.../tree/<rev>``; ``.../paths-info/<rev>``), with faults on
 demand: ``truncate`` sends half the body and closes the connection, ``corrupt`` sends bytes of the right length but

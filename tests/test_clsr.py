@@ -14,6 +14,7 @@ from transformers import AutoModel
 from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 from csekit.errors import DataError
 from csekit.evaluation.sts import STS_TASKS, CachedSTSEvaluator, STSEvaluator, load_sts_task
+from csekit.methods import METHODS
 from csekit.modeling import CLSRConfig, CLSRModel, nt_xent_loss
 from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments
 from csekit.trainers.clsr_data import (
@@ -519,3 +520,53 @@ def test_recipe_marks_contamination_in_results_table_and_card(tokenizer, tmp_pat
     assert "*" not in capsys.readouterr().out.split("STS test")[1]
     card = str(render_model_card(tmp_path / "drop"))
     assert "contaminated" not in card and "SentEval \"mean\"" in card
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_recipe_takes_the_trainers_step_flags(method):
+    """One vocabulary of flags: --max_steps, --eval_steps, --save_steps, --logging_steps parse in every recipe."""
+    import importlib
+
+    recipe = importlib.import_module(METHODS[method].recipe).RECIPE
+    parsed = recipe.parse(["--max_steps", "4", "--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1",
+                           "--model_name_or_path", "unused"])
+    values = {name: value for group in parsed if group is not None
+              for name, value in vars(group).items() if name.endswith("_steps")}
+    assert {key: values[key] for key in ("max_steps", "eval_steps", "save_steps", "logging_steps")} == {
+        "max_steps": 4, "eval_steps": 2, "save_steps": 2, "logging_steps": 1}
+
+
+def test_clsr_step_flags_are_whole_epochs_and_train_what_the_epoch_flags_train(tokenizer, tmp_path, data_dir,
+                                                                               caplog, capsys):
+    """8 pairs at batch 4 are 2 steps an epoch: --max_steps 4 --eval_steps 2 --save_steps 2 --logging_steps 2 is
+    --num_train_epochs 2 --eval_epochs 1 --save_epochs 1 --logging_epochs 1 (the same head, bit for bit, said in one
+    log line); --max_steps 3 is refused in one line naming 2 and 4."""
+    import logging
+
+    from transformers import BertModel
+
+    from conftest import load_weights
+    from csekit import cli
+
+    base = tmp_path / "base"
+    BertModel(tiny_bert_config()).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    lines = [f"{SENTENCES[i]},{SENTENCES[i + 1]}" for i in range(0, 16, 2)]
+    (tmp_path / "pairs.csv").write_text("sent0,sent1\n" + "\n".join(lines) + "\n")
+    common = ["train", "clsr", "--model_name_or_path", str(base), "--train_file", str(tmp_path / "pairs.csv"),
+              "--per_device_train_batch_size", "4", "--warmup_epochs", "0", "--cache_dir", str(tmp_path / "cache"),
+              "--do_test_eval", "false"]
+    with caplog.at_level(logging.INFO):
+        assert cli.main(common + ["--output_dir", str(tmp_path / "steps"), "--max_steps", "4", "--eval_steps", "2",
+                                  "--save_steps", "2", "--logging_steps", "2"]) == 0
+    assert ("CLSR counts epochs of 2 steps: --max_steps 4 = --num_train_epochs 2, --eval_steps 2 = --eval_epochs 1, "
+            "--save_steps 2 = --save_epochs 1, --logging_steps 2 = --logging_epochs 1") in caplog.text
+    assert cli.main(common + ["--output_dir", str(tmp_path / "epochs"), "--num_train_epochs", "2", "--eval_epochs",
+                              "1", "--save_epochs", "1", "--logging_epochs", "1"]) == 0
+    steps, epochs = (load_weights(tmp_path / name) for name in ("steps", "epochs"))
+    assert all(torch.equal(steps[name], epochs[name]) for name in epochs)
+    capsys.readouterr()
+    assert cli.main(common + ["--output_dir", str(tmp_path / "odd"), "--max_steps", "3"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "csekit: error: --max_steps 3: CLSR trains whole epochs of 2 steps (pairs // --per_device_train_batch_size), "
+        "so use a multiple of 2 (2 or 4) or --num_train_epochs")

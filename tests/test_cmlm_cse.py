@@ -407,3 +407,25 @@ def test_recipe_rejects_minilm_layer_combinations(minilm_path):
         build("--extractor_layers", "6", "--fusion_layers", "2")
     model = build("--extractor_layers", "4", "--fusion_layers", "2")
     assert len(model.auxiliary.extractor.encoder.layer) == 4 and len(model.auxiliary.fusioner) == 2
+
+
+@pytest.mark.parametrize("layers, extractor, fusion", [(12, 8, 3), (24, 8, 3), (6, 4, 2), (4, 3, 1), (2, 1, 1)])
+def test_the_auxiliary_depths_default_to_the_papers_share_of_the_encoders_blocks(layers, extractor, fusion, caplog):
+    """The paper's 8 + 3 blocks on BERT-base's 12 (and where they fit as they are); on a shallower encoder the same
+    shares, 8/12 and 3/12 rounded half up (all-MiniLM-L6-v2's 6 blocks: 4 + 2), said in one log line; a value given
+    stays."""
+    import logging
+
+    from transformers import BertConfig
+
+    from csekit.modeling import CMLMCSEConfig
+
+    encoder = BertConfig(num_hidden_layers=layers, hidden_size=32, num_attention_heads=2, intermediate_size=37)
+    with caplog.at_level(logging.WARNING):
+        config = CMLMCSEConfig(encoder_config=encoder.to_dict())
+    assert (config.extractor_layers, config.fusion_layers) == (extractor, fusion)
+    scaled = [record.getMessage() for record in caplog.records if "share of BERT-base" in record.getMessage()]
+    assert scaled == ([] if layers >= 12 else [
+        f"CMLM-CSE on a {layers}-block encoder: extractor_layers={extractor}, fusion_layers={fusion}, the paper's "
+        "share of BERT-base's 12 blocks (extractor 8, fusioner 3)"])
+    assert CMLMCSEConfig(encoder_config=encoder.to_dict(), extractor_layers=1).extractor_layers == 1

@@ -1,4 +1,4 @@
-"""The conformance suite: every method of the registry (:data:`csekit.methods.METHODS`) through the same checks.
+"""The conformance suite: every method of the registry (`csekit.methods.METHODS`) through the same checks.
 
 Each test is parametrized over the registry when the suite is collected, so a newly registered method is covered with
 no edit here (``test_registry.py`` registers a throwaway method and runs this module on it). What a method cannot do
@@ -49,7 +49,7 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 
 
 def methods(capability: str = None) -> list:
-    """The registered methods as parameters (``capability``: an attribute of :class:`Method`; a method without it
+    """The registered methods as parameters (``capability``: an attribute of `Method`; a method without it
     is a skipped case that says why)."""
     cases = []
     for method in METHODS.values():
@@ -248,8 +248,8 @@ class Crash(Exception):
 
 @contextlib.contextmanager
 def crash_after_first_checkpoint():
-    """Raise :class:`Crash` just after the first ``checkpoint-*`` folder is moved into place, wherever csekit's
-    trainers move one (they all use :func:`csekit.atomic.move_into_place`)."""
+    """Raise `Crash` just after the first ``checkpoint-*`` folder is moved into place, wherever csekit's
+    trainers move one (they all use `csekit.atomic.move_into_place`)."""
     from csekit import atomic
 
     original = atomic.move_into_place

@@ -16,6 +16,7 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
+from csekit.evaluation.score_cache import model_revision
 from csekit.evaluation.sts import load_sts_task
 from fake_hub import FakeHub
 
@@ -59,7 +60,9 @@ def test_mteb_stsbenchmark_equals_csekits_score_online_then_offline(saved_tiny_m
 
     name = f"csekit/{saved_tiny_model.name}"
     [task_file] = record["protocol"]["mteb"]["results_files"]
-    assert task_file == f"results/{name.replace('/', '__')}/local/STSBenchmark.json"
+    # the revision of a local folder is its content hash: other weights, another revision
+    revision = model_revision(saved_tiny_model).partition(":")[2][:40]
+    assert task_file == f"results/{name.replace('/', '__')}/{revision}/STSBenchmark.json"
     loaded = ResultCache(tmp_path).load_results(models=[name], include_remote=False, require_model_meta=True)
     [model_result] = loaded.model_results
     [task_result] = model_result.task_results
@@ -86,3 +89,39 @@ def test_mteb_task_data_is_checked_before_any_other_suite(saved_tiny_model, tmp_
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.startswith("csekit: error: --mteb STS12: its data (mteb/sts12-sts) cannot be read")
     assert len(result.stderr.strip().splitlines()) == 1 and "STS12" not in result.stdout  # no STS table printed
+
+
+def test_evaluate_folder_mteb_adds_to_the_folders_record_and_card_and_leaves_the_rest(saved_tiny_model, data_dir,
+                                                                                      tmp_path):
+    """``csekit evaluate FOLDER --mteb TASK`` (or ``--output FOLDER/eval_results.json``) adds its scores to the
+    folder's own record, atomically, keeping what training wrote; the card follows with MTEB in its model-index. A
+    setting that scores something other than the folder's model is refused there, and the record is unchanged."""
+    import shutil
+
+    from huggingface_hub import ModelCard
+
+    from csekit import cli
+
+    folder = tmp_path / "model"
+    shutil.copytree(saved_tiny_model, folder)
+    assert cli.main(["evaluate", str(folder), "--output", str(folder / "eval_results.json")]) == 0
+    record = json.loads((folder / "eval_results.json").read_text())
+    record["training_curve"] = [{"step": 2, "loss": 1.5}]  # what a run keeps beside the scores
+    (folder / "eval_results.json").write_text(json.dumps(record))
+    assert cli.main(["card", str(folder), "--figure", "never"]) == 0
+    with FakeHub(stsbenchmark_repo(data_dir)) as hub:
+        run = evaluate(str(folder), "--mteb", "STSBenchmark", cwd=tmp_path,
+                       env={"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"added to {folder / 'eval_results.json'}: mteb" in run.stdout
+    merged = json.loads((folder / "eval_results.json").read_text())
+    assert {key: merged[key] for key in record} == {**record, "protocol": merged["protocol"]}
+    assert merged["protocol"]["sts"] == record["protocol"]["sts"] and "STSBenchmark" in merged["mteb"]
+    card = ModelCard.load(folder / "README.md")
+    mteb_rows = [result for result in card.data.eval_results if result.dataset_type == "mteb/stsbenchmark-sts"]
+    assert [result.metric_value for result in mteb_rows] == [merged["mteb"]["STSBenchmark"]]
+    before = (folder / "eval_results.json").read_bytes()
+    for flags in (["--pooler", "cls"], ["--truncate-dim", "8"], ["--max-length", "16"]):
+        argv = ["evaluate", str(folder), "--output", str(folder / "eval_results.json"), *flags]
+        assert cli.main(argv) == 2
+    assert (folder / "eval_results.json").read_bytes() == before

@@ -4,8 +4,9 @@
   newest complete one, and the result equals the uninterrupted run's (``save_total_limit 1`` keeps that one).
 * Two runs into one ``--output_dir``: the second stops at once, naming the first, which finishes intact; the lock of
   a dead process is taken over. A process of a two-process run killed: the run ends at once, nothing is claimed.
-* A failed end of run (a full disk at the final save, a failing test evaluation): the previous model is unchanged,
-  the message says where the trained weights are, and the next run keeps them.
+* A full disk at the final save: the previous model is unchanged, the message says where the trained weights are,
+  and the next run keeps them. The trained model is committed before it is scored: a scoring that stops leaves it in
+  place with the commands that finish the folder; the run's last line names the folder and its card.
 * Publishing: no local path in what is uploaded; every model file has the folder's permissions.
 """
 
@@ -191,27 +192,20 @@ def fail_test_evaluation(self, embed):
     return REAL_EVALUATE(self, embed)
 
 
-@pytest.mark.parametrize("fault", ["disk full at the commit", "bug in the test evaluation"])
-def test_failed_end_of_run_keeps_the_previous_model_and_the_trained_weights(tiny_backbone, corpus, tmp_path,
-                                                                            monkeypatch, capsys, caplog, fault):
+def test_a_full_disk_at_the_commit_keeps_the_previous_model_and_the_trained_weights(tiny_backbone, corpus, tmp_path,
+                                                                                     monkeypatch, capsys, caplog):
     out = tmp_path / "out"
     base = flags(tiny_backbone, corpus, out, "--max_steps", "2", "--save_strategy", "no")
     assert cli.main(base) == 0
     previous = files(out)
     capsys.readouterr()
     with monkeypatch.context() as patch:
-        if fault == "disk full at the commit":
-            patch.setattr("csekit.trainers.runner.commit_files", fail_commit)
-            assert cli.main(base + ["--seed", "8"]) == 2
-            [line] = capsys.readouterr().err.strip().splitlines()[-1:]
-            assert line.startswith(f"csekit: error: no space left on device while writing the final model to {out}; "
-                                   f"the previous model in {out} is unchanged; this run's trained weights are in "
-                                   f"{out}/.csekit-staging-")
-        else:
-            patch.setattr("csekit.evaluation.sts.STSEvaluator.evaluate", fail_test_evaluation)
-            with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError, match="a bug in the test"):
-                cli.main(base + ["--seed", "8", "--do_test_eval", "true"])
-            assert "the trained model is kept in" in caplog.text
+        patch.setattr("csekit.trainers.runner.commit_files", fail_commit)
+        assert cli.main(base + ["--seed", "8"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+        assert line.startswith(f"csekit: error: no space left on device while writing the final model to {out}; "
+                               f"the previous model in {out} is unchanged; this run's trained weights are in "
+                               f"{out}/.csekit-staging-")
     [staging] = out.glob(".csekit-staging-*")
     assert files(out) == previous and (staging / "config.json").is_file()
     trained = load_weights(staging)
@@ -222,6 +216,53 @@ def test_failed_end_of_run_keeps_the_previous_model_and_the_trained_weights(tiny
     assert f"{staging} holds the model of an earlier run whose end failed; it is kept" in caplog.text
     assert all(torch.equal(tensor, load_weights(staging)[name])
                for name, tensor in trained.items())
+
+
+@pytest.mark.parametrize("fault", [RuntimeError("a bug in the test evaluation"), KeyboardInterrupt()],
+                         ids=["bug", "ctrl-c"])
+def test_the_model_is_in_the_folder_before_scoring_and_an_interrupted_scoring_says_how_to_finish(
+        fault, tiny_backbone, corpus, tmp_path, monkeypatch, capsys, caplog):
+    """The trained model is committed as soon as training ends (a loadable folder with its arguments, the previous
+    model's card and scores gone with it); scoring that stops leaves it in place, and a line gives the commands that
+    score it and write its card, which then work."""
+    out = tmp_path / "out"
+    base = flags(tiny_backbone, corpus, out, "--max_steps", "2", "--save_strategy", "no", "--do_test_eval", "true")
+    assert cli.main(base) == 0
+    assert {"eval_results.json", "README.md"} <= set(files(out))
+    seen = {}
+
+    def interrupted(self, embed):
+        if self.split == "test":
+            seen["files"] = set(files(out))
+            raise fault
+        return REAL_EVALUATE(self, embed)
+
+    with monkeypatch.context() as patch, caplog.at_level(logging.ERROR):
+        patch.setattr("csekit.evaluation.sts.STSEvaluator.evaluate", interrupted)
+        with pytest.raises(type(fault)):
+            cli.main(base + ["--seed", "8"])
+    # when scoring began, the new model was in the folder with its arguments, without the old model's scores and card
+    assert {"config.json", "training_args.json"} <= seen["files"] and any(".safetensors" in f for f in seen["files"])
+    assert not {"eval_results.json", "README.md"} & seen["files"]
+    assert files(out) == {name: digest for name, digest in files(out).items() if name in seen["files"]}
+    where = out.resolve()
+    assert (f"the scoring of the trained model did not finish; the model is in {where}: score it with `csekit "
+            f"evaluate {where} --output {where}/eval_results.json` and write its card with `csekit card {where}`"
+            ) in caplog.text
+    assert not list(out.glob(".csekit-staging*")) and not (out / ".csekit-lock").exists()
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(where), "--output", f"{where}/eval_results.json"]) == 0
+    assert cli.main(["card", str(where)]) == 0
+    assert (out / "README.md").is_file()
+
+
+def test_a_run_ends_with_a_line_naming_its_folder_and_card(tiny_backbone, corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(flags(tiny_backbone, corpus, Path("rel") / "out", "--max_steps", "2", "--save_strategy", "no",
+                          "--do_test_eval", "true")) == 0
+    where = (tmp_path / "rel" / "out").resolve()
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (f"The model is in {where}; its card: "
+                                                                 f"{where}/README.md")
 
 
 @pytest.fixture

@@ -73,8 +73,13 @@ def test_card_cells_and_metadata_equal_the_recorded_json(trained):
     card = ModelCard.load(trained / "README.md")
     cells = table_row(card.text, "**this model**")
     assert [float(cell) for cell in cells] == [record["sts"][task] for task in (*STS_TASKS, "avg")]
-    # SentEval's scores are never published under an MTEB dataset id: without an MTEB run the model-index is empty
-    assert card.data.eval_results is None and "mteb/" not in card.content.split("\n---\n")[0]
+    # the model-index holds the SentEval STS test scores under SentEval's names, never under an MTEB dataset id
+    index = {result.dataset_type: result for result in card.data.eval_results}
+    assert {name: result.metric_value for name, result in index.items()} == {
+        f"SentEval/{task}": record["sts"][task] for task in STS_TASKS}
+    assert {(r.dataset_split, r.metric_type, r.task_type) for r in index.values()} == {
+        ("test", "spearman_cosine", "sentence-similarity")}
+    assert "mteb/" not in card.content.split("\n---\n")[0]
     # the figure was drawn by this evaluation, on the sample the card names
     assert (trained / "alignment_uniformity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"all {record['figure']['sentences']} STS-B train sentences" in card.text  # fewer than the sample size
@@ -176,7 +181,8 @@ def test_mteb_results_are_the_model_index_under_mtebs_dataset_ids(trained, tmp_p
                    "splits": ["test"], "main_score": "cosine_spearman"}}}
     (folder / "eval_results.json").write_text(json.dumps(record))
     card = ModelCard(str(render_model_card(folder)))
-    [result] = card.data.eval_results
+    [result] = [result for result in card.data.eval_results if result.dataset_type.startswith("mteb/")]
+    assert "SentEval/SICKRelatedness" not in {result.dataset_type for result in card.data.eval_results}
     assert (result.dataset_type, result.dataset_revision, result.metric_value) == (
         "mteb/stsbenchmark-sts", "b0fddb56ed78048fa8b90373c8a3cfc37b684831", 12.34)
     assert table_row(card.text, "STSBenchmark") == ["12.34"]
@@ -431,3 +437,49 @@ def test_every_listed_file_is_a_regular_file_inside_the_folder_and_never_a_pickl
                                                                  "type": "sentence_transformers.models.Dense"}]))
     with pytest.raises(DataError, match="leads outside"):
         files_to_push(folder)
+
+
+def test_the_card_carries_every_field_sentence_transformers_own_trainer_writes(trained, tmp_path):
+    """Field by field against the card sentence-transformers 6's trainer generates for a run on the same folder:
+    every metadata field it writes is in csekit's card (its tags less the trainer's own bookkeeping ones), with the
+    same library, pipeline and widget shape; csekit adds language, the model-index and, for a Hub backbone,
+    base_model. ``config_sentence_transformers.json`` has the keys sentence-transformers writes, ``__version__``
+    included. Both are read back with huggingface_hub's metadata helpers."""
+    from datasets import Dataset
+    from huggingface_hub import metadata_load
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
+
+    model = SentenceTransformer(str(trained), device="cpu")
+    pairs = Dataset.from_dict({"anchor": ["A man plays a guitar.", "A dog runs.", "Kids play.", "It rains."],
+                               "positive": ["Someone plays guitar.", "A dog is running.", "Children play.",
+                                            "Rain falls."]}).repeat(4)  # enough rows for its widget
+    arguments = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "st-run"), max_steps=1,
+                                                     per_device_train_batch_size=4, report_to=[], use_cpu=True)
+    SentenceTransformerTrainer(model=model, args=arguments, train_dataset=pairs,
+                               loss=losses.MultipleNegativesRankingLoss(model)).train()
+    model.save_pretrained(str(tmp_path / "st"))
+    theirs, ours = metadata_load(tmp_path / "st" / "README.md"), metadata_load(trained / "README.md")
+    assert set(theirs) <= set(ours), set(theirs) - set(ours)
+    assert (ours["library_name"], ours["pipeline_tag"]) == (theirs["library_name"], theirs["pipeline_tag"])
+    trainer_tags = {tag for tag in theirs["tags"] if tag == "generated_from_trainer" or ":" in tag}
+    assert set(theirs["tags"]) - trainer_tags <= set(ours["tags"])
+    assert all(set(example) == {"source_sentence", "sentences"} and len(example["sentences"]) == 3
+               for example in ours["widget"] + theirs["widget"])
+    assert ours["language"] == ["en"] and ours["model-index"][0]["results"]
+    theirs_config = json.loads((tmp_path / "st" / "config_sentence_transformers.json").read_text())
+    ours_config = json.loads((trained / "config_sentence_transformers.json").read_text())
+    assert set(ours_config) == set(theirs_config) and set(ours_config["__version__"]) == set(
+        theirs_config["__version__"])
+
+
+def test_base_model_is_named_whenever_the_backbone_is_a_hub_model(tmp_path, monkeypatch):
+    from csekit.loading import embedded_minilm_path, hub_id_of
+
+    snapshot = tmp_path / "hub" / "models--org--encoder" / "snapshots" / ("0123456789" * 4)
+    snapshot.mkdir(parents=True)
+    assert hub_id_of(str(snapshot)) == "org/encoder"
+    assert hub_id_of("org/encoder") == "org/encoder" and hub_id_of("all-MiniLM-L6-v2") == (
+        "sentence-transformers/all-MiniLM-L6-v2")
+    assert hub_id_of(str(tmp_path)) is None and hub_id_of("./org/encoder") is None
+    if embedded_minilm_path() is not None:  # the embedded copy, given by its folder
+        assert hub_id_of(str(embedded_minilm_path())) == "sentence-transformers/all-MiniLM-L6-v2"

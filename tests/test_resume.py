@@ -207,12 +207,13 @@ def test_resume_with_another_setup_is_refused_naming_each_flag_unless_accepted_a
                         "accepted_changes": [f"--learning_rate 3e-05 -> 0.001{restored}"]}
 
 
-@pytest.mark.parametrize("stage", ["finish_run", "commit_files"])
+@pytest.mark.parametrize("stage", ["score_run", "commit_files"])
 def test_a_kill_after_the_last_checkpoint_resumes_to_zero_steps_and_the_uninterrupted_folder(stage, tiny_backbone,
                                                                                              corpus, tmp_path,
                                                                                              monkeypatch):
-    """A kill in the final save, scoring or commit leaves a checkpoint at the run's last step; resuming from it runs
-    no step and ends with the uninterrupted run's model (the best STS-B dev checkpoint)."""
+    """A kill in the final commit or in the scoring after it leaves a checkpoint at the run's last step (and, once the
+    commit is done, the trained model in the folder); resuming from it runs no step and ends with the uninterrupted
+    run's model (the best STS-B dev checkpoint)."""
     import csekit.trainers.runner as runner
 
     full, cut = tmp_path / "full", tmp_path / "cut"
@@ -225,7 +226,7 @@ def test_a_kill_after_the_last_checkpoint_resumes_to_zero_steps_and_the_uninterr
     monkeypatch.setattr(runner, stage, killed)
     with pytest.raises(Killed):
         train(tiny_backbone, corpus, cut)
-    assert (cut / f"checkpoint-{STEPS}").is_dir() and not (cut / "config.json").exists()
+    assert (cut / f"checkpoint-{STEPS}").is_dir() and (cut / "config.json").exists() == (stage == "score_run")
     monkeypatch.setattr(runner, stage, real)
     resumed = train(tiny_backbone, corpus, cut, "--resume_from_checkpoint", "last")
     assert resumed.start_step == STEPS and resumed.steps == []

@@ -1,15 +1,18 @@
 """A recipe's flags and how they are read: YAML + command line into dataclasses, checked before any work.
 
-A recipe's method flags are its model config's fields: :func:`model_arguments` turns the ``@strict`` config class
+A recipe's method flags are its model config's fields: [`model_arguments`][csekit.trainers.arguments.model_arguments]
+turns the ``@strict`` config class
 (defaults = the paper's, help = the config docstring's ``Args:`` entry) into an ``HfArgumentParser`` dataclass, so
 a setting is declared once, in ``modeling/``. The shared vocabulary of the recipes:
 
 * model: ``--model_name_or_path`` (a local folder, ``all-MiniLM-L6-v2`` or a Hub id) + the config fields;
-* data (:class:`DataArguments`): ``--train_file`` (a local ``.txt``/``.csv``, a name the recipe knows, or a Hub
+* data ([`DataArguments`][csekit.trainers.arguments.DataArguments]): ``--train_file`` (a local ``.txt``/``.csv``, a
+name the recipe knows, or a Hub
   dataset), ``--data_dir``, ``--do_test_eval``, ``--overwrite_output_dir``;
 * training: ``transformers.TrainingArguments`` (``--output_dir``, ``--seed``, ``--report_to``, ...).
 
-Bad input ends with one line and exit status 2 (the one-line :class:`RecipeArgumentParser`, :mod:`csekit.preflight`).
+Bad input ends with one line and exit status 2 (the one-line
+[`RecipeArgumentParser`][csekit.trainers.arguments.RecipeArgumentParser], [`csekit.preflight`][csekit.preflight]).
 """
 
 import argparse
@@ -84,7 +87,8 @@ def model_arguments(config_class, name: Optional[str] = None, default_model: str
 
 
 def config_kwargs(model_args, config_class) -> dict:
-    """The config fields of a parsed :func:`model_arguments` instance, ready for ``from_encoder(**kwargs)``."""
+    """The config fields of a parsed [`model_arguments`][csekit.trainers.arguments.model_arguments] instance, ready for
+    ``from_encoder(**kwargs)``."""
     return {f.name: getattr(model_args, FLAG_NAMES.get(f.name, f.name)) for f in config_fields(config_class)}
 
 
@@ -220,7 +224,8 @@ HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults
 
 def group_help(parser: argparse.ArgumentParser, dataclass_types: tuple, show_all: bool) -> None:
     """Put each argument group's flags under a titled section of ``--help`` and, unless ``show_all``, hide the
-    TrainingArguments flags that are not in :data:`COMMON_TRAINING_FLAGS`."""
+    TrainingArguments flags that are not in
+    [`COMMON_TRAINING_FLAGS`][csekit.trainers.arguments.COMMON_TRAINING_FLAGS]."""
     inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
     owners = {}
     for cls in dataclass_types:
@@ -274,7 +279,8 @@ def yaml_value(parser: argparse.ArgumentParser, dataclass_types: tuple, path: Pa
 
 def build_recipe_parser(dataclass_types: tuple, defaults: Optional[dict], description: Optional[str],
                         prog: Optional[str], show_all: bool) -> RecipeArgumentParser:
-    """The recipe's parser: the dataclasses' flags in titled groups (:func:`group_help`), ``--config`` and
+    """The recipe's parser: the dataclasses' flags in titled groups
+    ([`group_help`][csekit.trainers.arguments.group_help]), ``--config`` and
     ``--help-all``, with ``defaults`` (the recipe's own, e.g. its output folder) over the dataclass defaults."""
     parser = RecipeArgumentParser(dataclass_types, description=description, prog=prog,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -306,7 +312,7 @@ def pop_config_flag(argv: list) -> Optional[str]:
 
 def read_config_file(parser: argparse.ArgumentParser, dataclass_types: tuple, name: str) -> dict:
     """The ``{flag: value}`` of a ``--config`` YAML file (a path or a shipped name), each value typed as its flag
-    (:func:`yaml_value`); anything else is one line through ``parser.error``."""
+    ([`yaml_value`][csekit.trainers.arguments.yaml_value]); anything else is one line through ``parser.error``."""
     path = resolve_recipe_config(name)
     if path is None:
         parser.error(f"--config {name}: no such file (shipped configs: {', '.join(shipped_configs())})")
@@ -332,7 +338,8 @@ def read_config_file(parser: argparse.ArgumentParser, dataclass_types: tuple, na
 
 
 def check_sizes(parser: argparse.ArgumentParser, groups: tuple) -> None:
-    """Every float finite (:func:`~csekit.preflight.check_finite_groups`) and every size of :data:`POSITIVE_FLAGS`
+    """Every float finite ([`check_finite_groups`][csekit.preflight.check_finite_groups]) and every size of
+    [`POSITIVE_FLAGS`][csekit.trainers.arguments.POSITIVE_FLAGS]
     at least 1."""
     check_finite_groups(groups)
     for group in groups:
@@ -352,7 +359,7 @@ def parse_recipe_args(
     replace the dataclass defaults, YAML values replace those, command-line flags replace YAML.
 
     ``--config`` takes a YAML path, or the name of a configuration shipped with csekit (``quickstart``,
-    ``paper/simcse_bert_base``; see :func:`resolve_recipe_config`)."""
+    ``paper/simcse_bert_base``; see [`resolve_recipe_config`][csekit.trainers.arguments.resolve_recipe_config])."""
     argv = list(sys.argv[1:] if argv is None else argv)
     show_all = "--help-all" in argv
     argv = ["--help" if item == "--help-all" else item for item in argv]
@@ -415,7 +422,8 @@ def group_values(group) -> dict:
 
 def setup_record(method: str, processes: Optional[int], **groups) -> dict:
     """What a resume must match (``csekit_run.json`` in every checkpoint): the method, the processes and every
-    field of the argument ``groups`` (dataclasses, or dicts of settings) except :data:`BOOKKEEPING_FIELDS`, as JSON
+    field of the argument ``groups`` (dataclasses, or dicts of settings) except
+    [`BOOKKEEPING_FIELDS`][csekit.trainers.arguments.BOOKKEEPING_FIELDS], as JSON
     values."""
     record = {"method": method, **({"processes": processes} if processes is not None else {})}
     for group in groups.values():

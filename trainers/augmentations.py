@@ -1,9 +1,9 @@
 """Text augmentations of a positive view, shared by every method's collator (CMLM-CSE's Table 3 today).
 
 An augmentation is a callable ``(sentences, view_index, randoms) -> sentences``: ``randoms`` holds one
-``random.Random`` per sentence, drawn from that example's own generator (:mod:`.randomness`), so a sentence is
+``random.Random`` per sentence, drawn from that example's own generator (`randomness`), so a sentence is
 augmented the same way in any batch, process or layout, and again after a resume. Collators call it on the views
-they augment (:class:`~csekit.trainers.collators.ContrastiveCollator`'s ``augment``).
+they augment ([`ContrastiveCollator`][csekit.trainers.collators.ContrastiveCollator]'s ``augment``).
 """
 
 from dataclasses import dataclass, field

@@ -1,6 +1,6 @@
 """CLSR training (Qiu, Ding & Chen): positive pairs, cached frozen-encoder vectors, and the head trainer.
 
-The backbone is frozen, so its pooled vectors are computed once (:mod:`csekit.trainers.embedding_cache`) and every epoch
+The backbone is frozen, so its pooled vectors are computed once (`csekit.trainers.embedding_cache`) and every epoch
 trains only the MLP encoder ``e`` and the projection head ``h`` on those vectors with NT-Xent (eq. 1), 10 warm-up
 epochs and cosine decay. STS-B dev is scored on cached vectors as well, so model selection costs milliseconds.
 
@@ -13,9 +13,10 @@ index slices of that tensor, not collated examples. Trainer's per-step machinery
 collation of 512 items, callbacks, accelerate wrappers, checkpoint-based best-model selection) would cost more
 than the step itself, and its checkpoints would hold the training module instead of the model that is saved.
 
-The training pairs and the held-out check are in :mod:`csekit.trainers.clsr_data`.
+The training pairs and the held-out check are in `csekit.trainers.clsr_data`.
 """
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -65,6 +66,16 @@ class CLSRTrainingArguments:
     eval_epochs: int = field(
         default=100, metadata={"help": "Score STS-B dev every N epochs (and after the last); the best e is kept."}
     )
+    logging_epochs: int = field(default=0, metadata={"help": "Log the epoch's loss and learning rate every N epochs "
+                                                     "(0: with each dev score only)."})
+    max_steps: Optional[int] = field(default=None, metadata={
+        "help": "The Trainer's step flags, --max_steps, --eval_steps, --save_steps, --logging_steps, mean what they "
+                "mean there (optimizer steps) and set the epoch flags: an epoch is pairs // batch steps, so each "
+                "must be a whole number of epochs."})
+    eval_steps: Optional[int] = field(default=None, metadata={"help": "--eval_epochs in steps (see --max_steps)."})
+    save_steps: Optional[int] = field(default=None, metadata={"help": "--save_epochs in steps (see --max_steps)."})
+    logging_steps: Optional[int] = field(default=None, metadata={"help": "--logging_epochs in steps (see "
+                                                                 "--max_steps)."})
     seed: int = field(default=42, metadata={"help": "Seed for the head initialisation and the pair shuffling."})
     report_to: str = field(default="none", metadata={"help": "'tensorboard' to log loss, lr and STS-B dev there."})
     logging_dir: Optional[str] = field(default=None, metadata={"help": "TensorBoard folder (default OUTPUT_DIR/runs)."})
@@ -96,8 +107,38 @@ class CLSRTrainingArguments:
             raise DataError(f"--per_device_train_batch_size {self.per_device_train_batch_size}: a batch of one pair "
                             "gives its anchors no negative, so the contrastive loss is constant and nothing trains; "
                             "use 2 or more")
-        if self.eval_epochs < 1 or self.warmup_epochs < 0 or self.save_epochs < 0:
-            raise DataError("--eval_epochs must be >= 1, --warmup_epochs and --save_epochs >= 0")
+        if self.eval_epochs < 1 or self.warmup_epochs < 0 or self.save_epochs < 0 or self.logging_epochs < 0:
+            raise DataError("--eval_epochs must be >= 1, --warmup_epochs, --save_epochs and --logging_epochs >= 0")
+        for flag in STEP_FLAGS:
+            value = getattr(self, flag)
+            if value is not None and value < 1:
+                raise DataError(f"--{flag} {value}: must be >= 1")
+
+
+# the Trainer's step flags and the epoch flags they set (steps_as_epochs)
+STEP_FLAGS = {"max_steps": "num_train_epochs", "eval_steps": "eval_epochs", "save_steps": "save_epochs",
+              "logging_steps": "logging_epochs"}
+
+
+def steps_as_epochs(args: CLSRTrainingArguments, steps_per_epoch: int) -> CLSRTrainingArguments:
+    """``args`` with each step flag given (``--max_steps 40``) turned into its epoch flag (``--num_train_epochs 10``
+    at 4 steps an epoch), said in one log line; a step count that is not a whole number of epochs is refused in one
+    line naming the nearest that are (CLSR's schedule and checkpoints are per epoch)."""
+    given = {flag: getattr(args, flag) for flag in STEP_FLAGS if getattr(args, flag) is not None}
+    if not given:
+        return args
+    epochs = {}
+    for flag, steps in given.items():
+        if steps % steps_per_epoch:
+            below, above = steps // steps_per_epoch * steps_per_epoch, (steps // steps_per_epoch + 1) * steps_per_epoch
+            nearest = f"{below} or {above}" if below else f"{above}"
+            raise DataError(f"--{flag} {steps}: CLSR trains whole epochs of {steps_per_epoch} steps (pairs // "
+                            f"--per_device_train_batch_size), so use a multiple of {steps_per_epoch} ({nearest}) or "
+                            f"--{STEP_FLAGS[flag]}")
+        epochs[STEP_FLAGS[flag]] = steps // steps_per_epoch
+    logger.info("CLSR counts epochs of %d steps: %s", steps_per_epoch, ", ".join(
+        f"--{flag} {steps} = --{STEP_FLAGS[flag]} {epochs[STEP_FLAGS[flag]]}" for flag, steps in given.items()))
+    return dataclasses.replace(args, **epochs)
 
 
 STATE_FILE, RECORD_FILE = "state.safetensors", CHECKPOINT_RECORD  # no pickle: tensors + JSON; the record last
@@ -139,7 +180,7 @@ def save_checkpoint(output_dir, epoch: int, trainable, optimizer, scheduler, gen
 
 
 def load_checkpoint(folder: Path, trainable, optimizer, scheduler, generator, device) -> tuple:
-    """Restore the states :func:`save_checkpoint` wrote; returns ``(epoch, best, history, epoch_losses)``."""
+    """Restore the states `save_checkpoint` wrote; returns ``(epoch, best, history, epoch_losses)``."""
     from safetensors.torch import load_file
 
     tensors = load_file(str(folder / STATE_FILE))
@@ -167,16 +208,17 @@ class CLSRTrainer:
     which the Trainer's per-step machinery would cost more than (this module's docstring says why in full).
 
     Args:
-        model: a :class:`~csekit.modeling.CLSRModel`; only ``model.mlp`` is updated (in place).
-        args: :class:`CLSRTrainingArguments`.
+        model: a [`CLSRModel`][csekit.modeling.modeling_clsr.CLSRModel]; only ``model.mlp`` is updated (in place).
+        args: `CLSRTrainingArguments`.
         train_vectors: ``(num_sentences, hidden)`` pooled vectors of ``corpus.sentences``.
         corpus: the positive pairs.
-        held_out: :func:`held_out_sentences`; no corpus sentence may belong to them, except to the sets listed in
+        held_out: `held_out_sentences`; no corpus sentence may belong to them, except to the sets listed in
             ``corpus.contaminated`` (overlap kept on purpose, and reported).
-        dev_evaluator: optional :class:`CachedSTSEvaluator` on STS-B dev for model selection.
+        dev_evaluator: optional [`CachedSTSEvaluator`][csekit.trainers.clsr.CachedSTSEvaluator] on STS-B dev for model
+            selection.
         is_main_process: whether this process writes the checkpoints (``args.save_epochs``).
         run_record: what a resume must match, written into each checkpoint (the recipe's
-            :func:`~csekit.trainers.arguments.setup_record` of all its argument groups; default: the training
+            [`setup_record`][csekit.trainers.arguments.setup_record] of all its argument groups; default: the training
             arguments alone).
     """
 
@@ -220,6 +262,9 @@ class CLSRTrainer:
         for epoch in progress:
             run.epoch_losses.append(self._train_epoch(run, epoch))
             last = epoch + 1 == self.args.num_train_epochs
+            if self.args.logging_epochs and (epoch + 1) % self.args.logging_epochs == 0:
+                logger.info("epoch %d: loss %.4g, lr %.4g", epoch + 1, float(run.epoch_losses[-1]),
+                            run.scheduler.get_last_lr()[0])
             if (epoch + 1) % self.args.eval_epochs == 0 or last:
                 record = self._evaluate(run, epoch, time.perf_counter() - start)
                 if writer is not None:
@@ -309,7 +354,8 @@ class CLSRTrainer:
 
 @dataclass
 class _Run:
-    """What changes while :meth:`CLSRTrainer.train` runs (and what a checkpoint holds)."""
+    """What changes while [`CLSRTrainer.train`][csekit.trainers.clsr.CLSRTrainer.train] runs (and what a checkpoint
+    holds)."""
 
     trainable: nn.ModuleDict
     projection: nn.Linear
@@ -323,4 +369,4 @@ class _Run:
     epoch_losses: list = field(default_factory=list)
 
 
-__all__ = ["CLSRTrainer", "CLSRTrainingArguments"]
+__all__ = ["CLSRTrainer", "CLSRTrainingArguments", "steps_as_epochs"]

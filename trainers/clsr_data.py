@@ -1,9 +1,10 @@
 """CLSR's training data (Qiu, Ding & Chen): positive pairs, and the sentences that must not enter training.
 
-No evaluation sentence enters training by default. :func:`held_out_sentences` collects, once, every sentence of the 7
+No evaluation sentence enters training by default. `held_out_sentences` collects, once, every sentence of the 7
 STS test sets (STS12-16: scored pairs only) and of the STS-B dev split used for model selection;
-:func:`build_pair_corpus` drops every positive pair (STS-B, NLI or a user CSV) with a sentence among them and counts
-the drops per set, and :meth:`csekit.trainers.clsr.CLSRTrainer.train` re-checks the final training sentences. This
+`build_pair_corpus` drops every positive pair (STS-B, NLI or a user CSV) with a sentence among them and counts
+the drops per set, and [`csekit.trainers.clsr.CLSRTrainer.train`][csekit.trainers.clsr.CLSRTrainer.train] re-checks the
+final training sentences. This
 matters most for STS-B: it was compiled from the STS 2012-2016 data, so 1,225 of the paper's 1,406 STS-B train pairs
 share a sentence with a test set or STS-B dev. Keeping them (``drop=False``, the recipe's ``--test_overlap keep``)
 reproduces the paper's selection, and the pairs that touch each set are then counted so that the scores on those sets
@@ -94,7 +95,7 @@ class HeldOutSentences:
     sets: dict
 
     def touched(self, *sentences: str) -> list:
-        """Names of the sets that contain any of ``sentences`` (compared after :func:`normalize_sentence`)."""
+        """Names of the sets that contain any of ``sentences`` (compared after `normalize_sentence`)."""
         normalized = [normalize_sentence(s) for s in sentences]
         return [name for name, held in self.sets.items() if any(s and s in held for s in normalized)]
 
@@ -115,7 +116,8 @@ def held_out_sentences(data_dir: Optional[str] = None, test_tasks: Sequence[str]
 
 def assert_disjoint_from_held_out(sentences: Sequence[str], held_out: HeldOutSentences,
                                   declared: Sequence[str] = ()) -> None:
-    """Raise :class:`DataError` if any training sentence belongs to a held-out evaluation set, other than the sets
+    """Raise [`DataError`][csekit.trainers.clsr_data.DataError] if any training sentence belongs to a held-out
+    evaluation set, other than the sets
     in ``declared`` (those a corpus built with ``drop=False`` reports as contaminated)."""
     leaked = [s for s in sentences if any(name not in declared for name in held_out.touched(s))]
     if leaked:
@@ -174,7 +176,8 @@ def build_pair_corpus(first: Sequence[str], second: Sequence[str], held_out: Hel
 
 
 def require_full_batch(corpus: PairCorpus, batch_size: int) -> None:
-    """Raise :class:`DataError` when the corpus has fewer pairs than one batch (every step uses a full batch).
+    """Raise [`DataError`][csekit.trainers.clsr_data.DataError] when the corpus has fewer pairs than one batch (every
+    step uses a full batch).
 
     The batch is never shrunk to fit: it sets the number of negatives, which the paper's Table 2 shows matters
     (STS-B dev 64.93 at 64 pairs, 76.74 at 512), so the user picks it."""

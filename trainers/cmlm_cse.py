@@ -1,12 +1,13 @@
 """CMLM-CSE training: the masking collator and the trainer (the contrastive-side augmentations of the paper's
-Table 3 are :mod:`.augmentations`).
+Table 3 are [`augmentations`][csekit.trainers.augmentations]).
 
 Paper: Zhang & Chen, "CMLM-CSE: Based on Conditional MLM Contrastive Learning for Sentence Embeddings".
 
-Inputs: one unsupervised sentence per example. :class:`CMLMCSECollator` returns the two SimCSE views
+Inputs: one unsupervised sentence per example. `CMLMCSECollator` returns the two SimCSE views
 ``input_ids (B, 2, T)`` (view 0 is always the original sentence; optional augmentation touches view 1 only, the
 "contrastive side") plus view 0 masked for the MLM side, ``mlm_input_ids (B, T)`` and ``mlm_labels (B, T)``
-(-100 on unmasked positions). :class:`CMLMCSETrainer` trains a :class:`~csekit.modeling.CMLMCSEForPreTraining` with
+(-100 on unmasked positions). [`CMLMCSETrainer`][csekit.trainers.cmlm_cse.CMLMCSETrainer] trains a
+`CMLMCSEForPreTraining` with
 ``L = contrastive_weight * L_contrast + mlm_weight * L_MLM`` and logs ``loss_contrastive`` and ``loss_mlm`` (and
 ``loss_matryoshka_<d>``: with Matryoshka sizes L_contrast is SimCSE's term plus its weighted prefix terms).
 
@@ -33,10 +34,12 @@ from .simcse import SimCSETrainer
 
 @dataclass
 class CMLMCSECollator(ContrastiveCollator):
-    """:class:`ContrastiveCollator` (two views) + a masked copy of view 0 with BERT's 80/10/10 rule.
+    """[`ContrastiveCollator`][csekit.trainers.collators.ContrastiveCollator] (two views) + a masked copy of view 0
+    with BERT's 80/10/10 rule.
 
     Args:
-        config: the model's :class:`~csekit.modeling.CMLMCSEConfig`; its ``mask_rate`` (validated there) is the
+        config: the model's [`CMLMCSEConfig`][csekit.modeling.configuration_cmlm_cse.CMLMCSEConfig]; its ``mask_rate``
+            (validated there) is the
             probability that a non-special token is selected. Special and padding tokens never are; of the selected
             tokens 80% become the mask token, 10% a random token and 10% stay unchanged.
 
@@ -96,11 +99,11 @@ class CMLMCSECollator(ContrastiveCollator):
 
 
 class CMLMCSETrainer(SimCSETrainer):
-    """Trains :class:`~csekit.modeling.CMLMCSEForPreTraining`: SimCSE's InfoNCE + ``mlm_weight`` x conditional MLM.
+    """Trains `CMLMCSEForPreTraining`: SimCSE's InfoNCE + ``mlm_weight`` x conditional MLM.
 
     Checkpoints hold the whole training model (auxiliary network included, so ``resume_from_checkpoint`` restores
     fusioner, head and their optimizer state); the final ``save_model`` writes only the publishable encoder (the
-    model is a :class:`~csekit.modeling.SentenceEncoderForTraining`).
+    model is a [`SentenceEncoderForTraining`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining]).
     """
 
     data_columns = (("sent0",),)  # unsupervised sentences: two dropout views and the masked copy of one sentence

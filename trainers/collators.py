@@ -56,7 +56,8 @@ class ContrastiveCollator:
         augment: optional ``(sentences, view_index, randoms) -> sentences`` applied to the views after the first
             (text-level augmentations such as word repetition); ``randoms`` holds one ``random.Random`` per
             sentence, seeded by ``draws``.
-        padding_free: emit packed batches (the model must run them: :func:`enable_padding_free`).
+        padding_free: emit packed batches (the model must run them:
+            [`enable_padding_free`][csekit.trainers.collators.enable_padding_free]).
         draws: the seeds of every random draw the collator makes (``randomness.py``): per example and epoch, so a
             resumed run collates the uninterrupted run's batches.
         text_ids: also return ``text_ids (batch, columns)``, a 63-bit hash of each example's texts (``sent0``,

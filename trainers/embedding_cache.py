@@ -5,7 +5,7 @@ A cache entry is one safetensors file ``<cache_dir>/<key>.safetensors`` holding 
 layers and max length) and the *data fingerprint* (the exact sentence list, in order). The file's metadata repeats
 both fingerprints, the shape and a sha256 of the tensor bytes, and every load re-checks all of them: an unreadable
 (e.g. truncated) file, a file whose fingerprints do not match (copied, renamed, format change) or whose bytes do
-not match the checksum is rebuilt, never used (:mod:`csekit.tensor_cache`, the file format shared with the
+not match the checksum is rebuilt, never used (`csekit.tensor_cache`, the file format shared with the
 extraction's cache; writes are atomic).
 
 Example::
@@ -78,7 +78,8 @@ class EmbeddingCache:
         """Vectors of ``sentences`` under ``model``'s frozen encoder: from the cache if valid, else computed+stored.
 
         ``model`` needs ``encoder``, ``config``, ``tokenizer`` and ``encode_pooled``
-        (:class:`~csekit.modeling.CLSRModel`). ``across_processes``: under several processes (one ``accelerate
+        ([`CLSRModel`][csekit.modeling.modeling_clsr.CLSRModel]). ``across_processes``: under several processes (one
+        ``accelerate
         launch``, sharing the cache folder), a missing entry is pooled by all of them, each a contiguous share, and
         stored once by the main process; every process must make the call.
         """

@@ -6,10 +6,11 @@ One derivation. A step's loss ``L`` reaches the encoder's parameters ``θ`` only
 
     dL/dθ = Σ_k (∂o_k/∂θ)ᵀ g_k,    g_k = ∂L/∂o_k.
 
-:meth:`GradientCache.step` computes exactly that, holding one chunk's graph at a time:
+[`GradientCache.step`][csekit.trainers.gradient_cache.GradientCache.step] computes exactly that, holding one chunk's
+graph at a time:
 
-1. every chunk is encoded without a graph (:meth:`chunk_forward`), the random state recorded before each;
-2. the chunks' outputs, as leaves, are joined into the whole batch's output (:meth:`merge_chunks`: WhitenedCSE's
+1. every chunk is encoded without a graph (`chunk_forward`), the random state recorded before each;
+2. the chunks' outputs, as leaves, are joined into the whole batch's output (`merge_chunks`: WhitenedCSE's
    whitening sees the whole batch here) and the loss is computed once, gathered across processes as without caching;
    one backward gives every ``g_k`` and the gradients of what runs after the join;
 3. each chunk is encoded again with the graph, from its recorded random state (the same ``ξ_k``, so the same

@@ -11,7 +11,7 @@ CPU build for this torch). It follows SimCLR's ``lars_optimizer.py`` (classic mo
     w      = w - v                                          (nesterov: w - (momentum * v + lr * ratio * g))
 
 As in SimCLR, biases (and any other 1-d parameter such as LayerNorm scales) get neither weight decay nor the trust
-ratio; :func:`lars_param_groups` builds those two groups.
+ratio; `lars_param_groups` builds those two groups.
 
 Example::
 

@@ -3,7 +3,8 @@
 A training run holds ``--output_dir/.csekit-lock`` (its pid and host) from its start to its end; a second run into the
 same folder stops at once, naming the holder. A lock left by a process that died (SIGKILL, power loss) on this host
 is taken over, with a log line. The run builds its final model in a staging folder of its own,
-``.csekit-staging-<pid>-<random>``, which :func:`csekit.atomic.commit_files` moves into the folder; when the final save
+``.csekit-staging-<pid>-<random>``, which [`csekit.atomic.commit_files`][csekit.atomic.commit_files] moves into the
+folder; when the final save
 or the test evaluation fails, that folder stays where the error message says, and later runs leave it alone (they log
 that it is there).
 """
@@ -43,7 +44,8 @@ def is_csekit_output(folder: Path) -> bool:
 @contextlib.contextmanager
 def partial_checkpoint(partial: Path, checkpoint: Path, kept: Callable[[], str]):
     """The writing of ``checkpoint`` in its hidden ``partial`` folder (Trainer and CLSR alike): when the disk refuses
-    a write (:func:`~csekit.errors.storage_error`), ``partial`` is removed and the error becomes one line saying so
+    a write ([`storage_error`][csekit.errors.storage_error]), ``partial`` is removed and the error becomes one line
+    saying so
     and what ``kept()`` says is unchanged; any other error propagates."""
     try:
         yield
@@ -57,13 +59,15 @@ def partial_checkpoint(partial: Path, checkpoint: Path, kept: Callable[[], str])
 
 
 class RunFolder:
-    """The output folder of one run: checked when made, then locked (:meth:`acquire`, :class:`RunLock`) with a
+    """The output folder of one run: checked when made, then locked (`acquire`,
+    [`RunLock`][csekit.trainers.output_dir.RunLock]) with a
     staging folder of its own (``staging``).
 
-    Raises :class:`DataError` for a path that is a file, lies under one or cannot be written, for an existing
-    non-empty folder that is not a csekit output (:func:`is_csekit_output`) unless ``overwrite``, and for a folder
+    Raises [`DataError`][csekit.trainers.output_dir.DataError] for a path that is a file, lies under one or cannot be
+    written, for an existing
+    non-empty folder that is not a csekit output (`is_csekit_output`) unless ``overwrite``, and for a folder
     another live run holds (checked by the ``main`` process of a multi-process run). Nothing is written before
-    :meth:`acquire`.
+    `acquire`.
     """
 
     def __init__(self, output_dir, overwrite: bool = False, main: bool = True):
@@ -115,7 +119,7 @@ class RunFolder:
     def remove_checkpoints(self) -> list:
         """Once the final model is in place: remove the run's ``checkpoint-*`` folders (optimizer state, for resuming
         only), so the folder is the publishable model. Each is renamed to a hidden partial name first, so a kill
-        mid-removal leaves only what the next run's :meth:`_tidy` removes. Returns the removed names."""
+        mid-removal leaves only what the next run's `_tidy` removes. Returns the removed names."""
         removed = []
         for checkpoint in sorted(self.folder.glob("checkpoint-*/")):
             hidden = self.folder / f"{PARTIAL_CHECKPOINT_PREFIX}{checkpoint.name}"

@@ -8,9 +8,10 @@ what else is in its batch, or on the padded or packed layout. A resumed run's fi
 batch without saving any collator state, and the global random state, which dropout reads, is left to the forward
 passes alone.
 
-``example`` is the row's ``example_index`` (the training data's row number, :func:`~.data.load_training_dataset`);
+``example`` is the row's ``example_index`` (the training data's row number,
+[`load_training_dataset`][csekit.trainers.data.load_training_dataset]);
 rows without one (a dataset built by hand) are keyed by their text. ``epoch`` is set by the trainer at every epoch
-start (:meth:`ExampleDraws.set_epoch`), so an example gets fresh draws in every epoch.
+start (`ExampleDraws.set_epoch`), so an example gets fresh draws in every epoch.
 """
 
 import hashlib

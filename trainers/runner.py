@@ -1,10 +1,12 @@
 """The run of a Trainer-based recipe: checks, data, model, Trainer, save, test scores, publish.
 
-Everything a run needs is checked before its first step (:mod:`csekit.preflight`, the one-line
-:class:`~csekit.trainers.arguments.RecipeArgumentParser`, :class:`~csekit.trainers.output_dir.RunFolder`,
-:func:`main_guard`); the final model appears whole or not at all. ``recipes/simcse.py`` is the smallest recipe.
+Everything a run needs is checked before its first step ([`csekit.preflight`][csekit.preflight], the one-line
+[`RecipeArgumentParser`][csekit.trainers.arguments.RecipeArgumentParser], `RunFolder`,
+[`main_guard`][csekit.trainers.runner.main_guard]); the final model appears whole or not at all. ``recipes/simcse.py``
+is the smallest recipe.
 """
 
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -21,9 +23,11 @@ from ..errors import DataError, report_errors
 from ..evaluation.encoders import load_embedder
 from ..evaluation.geometry import GeometryEvaluator
 from ..evaluation.protocol import protocol_record
+from ..evaluation.score_cache import ScoreCache
 from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, format_sts_table
-from ..loading import RESULTS_FILE, resolve_model_path
+from ..loading import RESULTS_FILE, hub_id_of, resolve_model_path
 from ..methods import Method
+from ..modeling.encoding import encoding_label
 from ..preflight import (
     check_model_inputs,
     check_not_an_input,
@@ -55,12 +59,13 @@ class ContrastiveRecipe:
     """A Trainer-based recipe (SimCSE, WhitenedCSE, CMLM-CSE): a registered method and how its batches are made.
 
     Args:
-        method: the registry entry (:class:`~csekit.methods.Method`): the model trained (its config's fields are the
+        method: the registry entry ([`Method`][csekit.methods.Method]): the model trained (its config's fields are the
             method flags), the trainer, the default ``--output_dir`` (``outputs/NAME``).
         extra_arguments: an optional dataclass of recipe-only flags (data augmentations that are not model
             settings).
         make_collator: ``(tokenizer, model, data_args, extra_args) -> collator``; default
-            :class:`ContrastiveCollator` with the model's ``num_views`` (2 when it has none).
+            [`ContrastiveCollator`][csekit.trainers.runner.ContrastiveCollator] with the model's ``num_views`` (2 when
+            it has none).
         description: the ``--help`` text (the recipe module's docstring).
         model_class, trainer_class: the method's training model and trainer unless given (a test may record what
             a trainer sees with a subclass).
@@ -102,7 +107,7 @@ class ContrastiveRecipe:
 
     def collator(self, tokenizer, model, data_args, extra_args):
         """The training collator; packed batches (and ``model`` switched to run them) when ``--padding_free`` is on
-        and the backbone can (:func:`~csekit.trainers.collators.enable_padding_free`)."""
+        and the backbone can ([`enable_padding_free`][csekit.trainers.collators.enable_padding_free])."""
         packed = data_args.padding_free and enable_padding_free(model, tokenizer, data_args.max_seq_length)
         data_args = dataclasses.replace(data_args, padding_free=packed)
         if self.make_collator is not None:
@@ -112,7 +117,8 @@ class ContrastiveRecipe:
                                    padding_free=packed)
 
     def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> dict:
-        """Parse ``argv`` and run the recipe (:func:`run_recipe`); returns the test scores."""
+        """Parse ``argv`` and run the recipe ([`run_recipe`][csekit.trainers.runner.run_recipe]); returns the test
+        scores."""
         model_args, data_args, training_args, extra_args = self.parse(argv, prog)
         return run_recipe(self, model_args, data_args, training_args, extra_args)
 
@@ -145,7 +151,7 @@ def batch_record(trainer, columns: tuple) -> dict:
 
 
 def describe_batch(record: dict) -> str:
-    """:func:`batch_record` in one line."""
+    """[`batch_record`][csekit.trainers.runner.batch_record] in one line."""
     mini = record["mini_batch_size"]
     return (f"batch: {record['per_device_train_batch_size']} per device x {record['processes']} process(es) x "
             f"{record['gradient_accumulation_steps']} accumulation step(s) = {record['examples_per_update']} examples "
@@ -171,7 +177,8 @@ def encoded_once(embed: Callable[[list], object]) -> Callable[[list], object]:
 
 def scores_at_sizes(test: STSEvaluator, encode: Callable[[list], object], sizes: list) -> dict:
     """``{size: scores}``: ``test``'s scores of the first ``size`` coordinates of ``encode``'s vectors, at each size
-    (a Matryoshka size; ``csekit evaluate --truncate-dim`` scores one). Pass an :func:`encoded_once` ``encode`` to
+    (a Matryoshka size; ``csekit evaluate --truncate-dim`` scores one). Pass an
+    [`encoded_once`][csekit.trainers.runner.encoded_once] ``encode`` to
     encode the sentences once for all sizes."""
     return {size: test.evaluate(lambda sentences, size=size: encode(sentences)[:, :size])[test.aggregation]
             for size in sizes}
@@ -179,7 +186,8 @@ def scores_at_sizes(test: STSEvaluator, encode: Callable[[list], object], sizes:
 
 def check_lengths(model_args, model_path: str, tokenizer, **lengths) -> None:
     """Every length the run will feed the backbone fits its position embeddings and leaves room for a word
-    (:func:`~csekit.preflight.check_model_inputs`): ``lengths`` (``max_seq_length=32``) and the published model's
+    ([`check_model_inputs`][csekit.preflight.check_model_inputs]): ``lengths`` (``max_seq_length=32``) and the
+    published model's
     ``--inference_max_length``."""
     lengths = {**lengths, "inference_max_length": getattr(model_args, "inference_max_length", None)}
     config = read_model_config(model_path)
@@ -191,38 +199,58 @@ def check_lengths(model_args, model_path: str, tokenizer, **lengths) -> None:
 def base_model_scores(name_or_path: str, test: STSEvaluator) -> dict:
     """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, as ``csekit evaluate``
     scores it (a sentence-transformers folder with its own pooling, a csekit folder with its pooler, a bare encoder
-    with ``cls``), for the card's row beside the trained model's."""
+    with ``cls``), for the card's row beside the trained model's. Kept in the score cache
+    ([ScoreCache][csekit.evaluation.score_cache.ScoreCache]) under the model's revision and the protocol, so a second
+    run from the same base does not score it again."""
+    cache = ScoreCache()
+    path = resolve_model_path(name_or_path)
+    key = cache.key(path, test)
+    cached = cache.get(key)
+    if cached is not None:
+        logger.info("%s: its STS test scores come from the score cache (%s)", name_or_path, cache.path(key))
+        return cached
     embed, info = load_embedder(name_or_path, batch_size=128)
-    return {"base_sts": test.evaluate(embed)[test.aggregation], "base_pooler": info["pooler"]}
+    with encoding_label(f"Encoding {name_or_path} (base model) for the STS test sets"):
+        scores = {"base_sts": test.evaluate(embed)[test.aggregation], "base_pooler": info["pooler"]}
+    cache.put(key, scores)
+    return scores
 
 
-def finish_run(staging: Path, output_dir, arguments: dict, record: Optional[dict] = None,
-               table: Optional[str] = None, card: Optional[dict] = None) -> None:
-    """The end of every recipe, on the main process, once the model and its tokenizer are saved in ``staging``: the
-    run's argument groups (``training_args.json``) and test record (``eval_results.json``) join them, and with a
-    test record the model card (``README.md``, its figures, ``mteb_model_meta.json``; ``card``:
-    :func:`~csekit.publishing.model_card.write_model_card`'s ``repo_id`` and ``data_dir``); then everything moves
-    into ``output_dir`` together (``config.json`` last, :func:`csekit.atomic.commit_files`), and the test table is
-    printed."""
-    write_arguments(staging, **arguments)
-    if record is not None:
-        write_json(staging / RESULTS_FILE, record)
-        if card is not None and "sts" in record:  # a card needs the test scores (--do_test_eval)
-            from ..publishing.model_card import write_model_card
+def finish_run(folder: Path, record: dict, table: Optional[str] = None, card: Optional[dict] = None) -> None:
+    """The end of every recipe, on the main process, once the trained model is committed to ``folder``: the test
+    record (``eval_results.json``) and, with ``card``
+    ([`write_model_card`][csekit.publishing.model_card.write_model_card]'s
+    ``repo_id`` and ``data_dir``), the model card (its figures, ``mteb_model_meta.json``, ``README.md`` last) are added
+    beside it, each file whole or not at all; then the test table is printed."""
+    write_json(folder / RESULTS_FILE, record)
+    if card is not None and "sts" in record:  # a card needs the test scores (--do_test_eval)
+        from ..publishing.model_card import write_model_card
 
-            name = Path(output_dir).resolve().name
-            write_model_card(staging, repo_id=card.get("repo_id") or f"<your-namespace>/{name}", figure="missing",
-                             data_dir=card.get("data_dir"))
-    commit_files(staging, output_dir)
+        write_model_card(folder, repo_id=card.get("repo_id") or f"<your-namespace>/{folder.name}", figure="missing",
+                         data_dir=card.get("data_dir"))
     if table:
         print(table)
+
+
+@contextlib.contextmanager
+def scoring(folder: Path):
+    """The scoring of a committed model: whatever stops it (an error, Ctrl-C, a kill signal turned into an
+    exception) is logged with the commands that finish the folder, since the model is already in place."""
+    try:
+        yield
+    except BaseException:
+        logger.error("the scoring of the trained model did not finish; the model is in %s: score it with `csekit "
+                     "evaluate %s --output %s` and write its card with `csekit card %s`", folder, folder,
+                     folder / RESULTS_FILE, folder)
+        raise
 
 
 # ------------------------------------------------------------------------------------------------ the stages
 # run_recipe is check -> build -> train -> commit (save, score, finish_run) -> publish; CLSR's recipe shares commit_run.
 @dataclass
 class CheckedRun:
-    """What :func:`check_run` established before any work: every input read and checked, nothing written."""
+    """What [`check_run`][csekit.trainers.runner.check_run] established before any work: every input read and checked,
+    nothing written."""
 
     folder: RunFolder
     resume: Optional[str]
@@ -314,9 +342,11 @@ def score_run(trainer, run: CheckedRun, model_args, training_args, batch: dict) 
         return None, None
     model, test = trainer.model, run.test
     encode = encoded_once(lambda sentences: model.eval().encode(sentences, batch_size=128))
-    scores = test.evaluate(encode)
+    with encoding_label(f"Encoding the trained model ({training_args.output_dir}) for the STS test sets"):
+        scores = test.evaluate(encode)
     base = base_model_scores(model_args.model_name_or_path, test)
-    record = {"model": training_args.output_dir, "pooler": model.config.pooler_type, "sts": scores[test.aggregation],
+    record = {"model": training_args.output_dir, "base_model": hub_id_of(model_args.model_name_or_path),
+              "pooler": model.config.pooler_type, "sts": scores[test.aggregation],
               "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
               "training_curve": training_curve(trainer.state.log_history), "batch": batch, **base}
     if model.config.matryoshka_dims:  # the same vectors' first d coordinates, at every trained size
@@ -331,28 +361,44 @@ def score_run(trainer, run: CheckedRun, model_args, training_args, batch: dict) 
 def commit_run(folder: RunFolder, main: bool, save: Callable[[Path], None], score: Callable[[], tuple],
                arguments: dict, card: dict, keep_checkpoints: bool) -> Optional[dict]:
     """Stage 4, the end every recipe shares (Trainer-based and CLSR): ``save`` writes the trained model into the run's
-    staging folder (on every process: a sharded state is gathered, one process writes), then on the main process
-    ``score`` gives ``(record, table)``, :func:`finish_run` adds arguments, scores and card and commits it all into
-    the output folder (``config.json`` last), and the checkpoints go unless kept. A kill anywhere in it leaves the
-    checkpoints, from which ``--resume_from_checkpoint last`` trains no further step and ends here again. Returns
-    the record (``None`` off the main process)."""
+    staging folder (on every process: a sharded state is gathered, one process writes); on the main process the
+    run's argument groups (``training_args.json``) join it and it is committed into the output folder at once
+    (``config.json`` last, [`csekit.atomic.commit_files`][csekit.atomic.commit_files]): the folder is a loadable model
+    from here on, and a
+    line says where. Then ``score`` gives ``(record, table)``, [`finish_run`][csekit.trainers.runner.finish_run] adds
+    scores and card, the
+    checkpoints go unless kept, and a last line names the folder and its card. A kill anywhere leaves the checkpoints,
+    from which ``--resume_from_checkpoint last`` trains no further step and ends here again; an interrupted scoring
+    says how to score the committed model ([`scoring`][csekit.trainers.runner.scoring]). Returns the record (``None``
+    off the main process)."""
     with folder.keeping_trained_model(main):
         save(folder.staging)
         if not main:
             return None
+        write_arguments(folder.staging, **arguments)
+        commit_files(folder.staging, folder.folder)
+    where = folder.folder.resolve()
+    logger.info("the trained model is in %s (it loads from there now; its scores and card follow)", where)
+    with scoring(where):
         record, table = score()
-        finish_run(folder.staging, folder.folder, arguments, record, table, card=card)
-        if not keep_checkpoints:
-            removed = folder.remove_checkpoints()
-            if removed:
-                logger.info("removed %s from %s (--keep_checkpoints true keeps them)", ", ".join(removed),
-                            folder.folder)
+        if record is not None:
+            finish_run(where, record, table, card=card)
+    if not keep_checkpoints:
+        removed = folder.remove_checkpoints()
+        if removed:
+            logger.info("removed %s from %s (--keep_checkpoints true keeps them)", ", ".join(removed), where)
+    card_file = where / "README.md"
+    print(f"The model is in {where}" + (f"; its card: {card_file}" if card_file.is_file() else
+                                        f" (no card without test scores: `csekit evaluate {where} --output "
+                                        f"{where / RESULTS_FILE}`, then `csekit card {where}`)"))
     return record
 
 
 def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
     """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets: the stages
-    :func:`check_run` (before any work), :func:`build_trainer`, the Trainer's training, :func:`commit_run`, and with
+    [`check_run`][csekit.trainers.runner.check_run] (before any work),
+    [`build_trainer`][csekit.trainers.runner.build_trainer], the Trainer's training,
+    [`commit_run`][csekit.trainers.runner.commit_run], and with
     ``--push_to_hub --hub_model_id NAME`` the publication of the scored folder as ``csekit push`` does it.
 
     Returns:
@@ -387,7 +433,8 @@ def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, 
 
 def main_guard(main: Callable, argv: Optional[list] = None) -> None:
     """Run a recipe's ``main`` as ``python recipes/X.py`` / ``accelerate launch`` do, in the commands' error boundary
-    (:func:`csekit.errors.report_errors`): bad input ends with one line on stderr and exit status 2."""
+    ([`csekit.errors.report_errors`][csekit.errors.report_errors]): bad input ends with one line on stderr and exit
+    status 2."""
     def run() -> int:
         main(argv)
         return 0

@@ -20,6 +20,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
+from ..modeling.encoding import progress
 from ..modeling.losses import false_negative_mask
 from ..modeling.modeling_encoder import SentenceEncoderForTraining
 from ..preflight import RUN_RECORD, checkpoint_problem
@@ -34,9 +35,10 @@ CACHING_DISTRIBUTED_TYPES = (DistributedType.NO, DistributedType.MULTI_GPU, Dist
 
 
 def run_record(model, args) -> dict:
-    """The setup a resume from a run's checkpoints must match (:func:`csekit.preflight.check_resume`) when the
+    """The setup a resume from a run's checkpoints must match
+    ([`csekit.preflight.check_resume`][csekit.preflight.check_resume]) when the
     recipe gave the trainer none: the method (its config's ``model_type``), the processes, every training argument
-    and every method setting of the model's config (:func:`~csekit.trainers.arguments.setup_record`)."""
+    and every method setting of the model's config ([`setup_record`][csekit.trainers.arguments.setup_record])."""
     from .arguments import config_fields, setup_record
 
     config = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
@@ -56,7 +58,8 @@ def complete_checkpoints(folder: Path) -> str:
 
 
 def require_finite_weights(model: torch.nn.Module, what: str) -> None:
-    """Raise :class:`DataError` before ``what`` (a checkpoint, the final model) is written from weights that are
+    """Raise [`DataError`][csekit.trainers.trainer.DataError] before ``what`` (a checkpoint, the final model) is
+    written from weights that are
     NaN or infinite: nothing non-finite is ever saved, whatever produced it."""
     bad = [name for name, tensor in model.state_dict().items()
            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
@@ -88,8 +91,14 @@ class OptimizerStepHook(TrainerCallback):
 
 
 class NumericProgressCallback(ProgressCallback):
-    """transformers' progress bar, whose log lines print values as numbers (``loss=0.0123``) rather than the quoted
-    strings of its dict (``'loss': '0.0123'``)."""
+    """transformers' progress bar, titled ``Training``, whose log lines print values as numbers (``loss=0.0123``)
+    rather than the quoted strings of its dict (``'loss': '0.0123'``); away from a terminal it prints a line every 5%
+    of the steps instead of every step ([progress][csekit.modeling.encoding.progress])."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.training_bar = progress(desc="Training", total=state.max_steps, unit="step")
+        self.current_step = 0
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None:
@@ -99,17 +108,20 @@ class NumericProgressCallback(ProgressCallback):
 
 
 class ContrastiveTrainer(Trainer):
-    """A ``Trainer`` whose loss is a sum of named components computed by :meth:`compute_losses`.
+    """A ``Trainer`` whose loss is a sum of named components computed by
+    [`compute_losses`][csekit.trainers.trainer.ContrastiveTrainer.compute_losses].
 
     Every component is logged separately (``loss_<name>``, averaged over the logging window and over processes)
-    next to the total ``loss``. Evaluation runs an :class:`~csekit.evaluation.sts.STSEvaluator` (STS-B dev by default in
+    next to the total ``loss``. Evaluation runs an [`STSEvaluator`][csekit.evaluation.sts.STSEvaluator] (STS-B dev by
+    default in
     the recipes) instead of a loss over ``eval_dataset``, so ``metric_for_best_model="STSBenchmark"`` keeps the best
     checkpoint by dev Spearman.
 
     Subclasses implement ``compute_losses(model, outputs, inputs) -> {"loss": total, "<name>": component, ...}``.
 
     With ``args.mini_batch_size`` below the per-device batch, every step is one exact gradient-cached step
-    (:mod:`.gradient_cache`): the same loss and gradients, with one chunk's activations in memory at a time.
+    ([`gradient_cache`][csekit.trainers.gradient_cache]): the same loss and gradients, with one chunk's activations in
+    memory at a time.
     """
 
     # our losses are per-batch means: let Trainer divide by the accumulation steps
@@ -204,11 +216,12 @@ class ContrastiveTrainer(Trainer):
         r"""The method's contrastive term plus its Matryoshka terms (Kusupati et al., 2022; off unless the config has
         ``matryoshka_dims``):
 
-        .. math:: L_c^{MRL} = L_c(z) + \sum_k w_k\, L_c(v_{1:d_k})
+        $$ L_c^{MRL} = L_c(z) + \sum_k w_k\, L_c(v_{1:d_k}) $$
 
         ``L_c`` is the method's contrastive term (``term``, a function of ``(batch, views, size)`` vectors),
         ``contrastive`` its value on the training embeddings ``z``, ``v`` the vectors ``encode`` returns
-        (:meth:`~csekit.modeling.SentenceEncoderPreTrainedModel.sentence_vectors`), ``v_{1:d}`` their first ``d``
+        ([`sentence_vectors`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.sentence_vectors]),
+        ``v_{1:d}`` their first ``d``
         coordinates (the cosine re-normalises them), ``w_k`` ``matryoshka_weights`` (1 each by default). Where the
         head is used at inference (supervised SimCSE) ``v = z`` and this is MRL's loss as sentence-transformers'
         ``MatryoshkaLoss`` computes it; where the head is training-only (unsupervised SimCSE, WhitenedCSE's pooled
@@ -266,7 +279,8 @@ class ContrastiveTrainer(Trainer):
 
     def duplicate_mask(self, inputs: dict, hard_negatives: bool = False) -> Optional[torch.Tensor]:
         """With ``--duplicate_negatives mask``, the in-batch candidates each local anchor must not be contrasted with
-        (:func:`~csekit.modeling.losses.false_negative_mask` over every process's texts), counted for the log as
+        ([`false_negative_mask`][csekit.modeling.losses.false_negative_mask] over every process's texts), counted for
+        the log as
         ``masked_pairs`` per step; ``None`` otherwise (the paper's loss)."""
         if getattr(getattr(self, "args", None), "duplicate_negatives", "keep") != "mask":
             return None
@@ -397,7 +411,8 @@ class ContrastiveTrainer(Trainer):
         self.accelerator.wait_for_everyone()
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
-        """The Trainer's save; for a training-only model (:class:`~csekit.modeling.SentenceEncoderForTraining`) the
+        """The Trainer's save; for a training-only model
+        ([`SentenceEncoderForTraining`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining]) the
         final save writes its published sentence encoder, while checkpoints (``_internal_call``) keep the whole
         training model."""
         model = self.accelerator.unwrap_model(self.model)
@@ -418,7 +433,8 @@ class ContrastiveTrainer(Trainer):
 
     def _save(self, output_dir: Optional[str] = None, state_dict=None) -> None:
         """The Trainer's save less its pickled arguments (``training_args.bin``): a csekit folder holds no pickle.
-        The run's arguments are in ``training_args.json`` (:func:`~csekit.trainers.arguments.write_arguments`),
+        The run's arguments are in ``training_args.json``
+        ([`write_arguments`][csekit.trainers.arguments.write_arguments]),
         what a resume checks in each checkpoint's ``csekit_run.json``."""
         super()._save(output_dir, state_dict)
         pickled = os.path.join(output_dir or self.args.output_dir, TRAINING_ARGS_NAME)
@@ -436,9 +452,11 @@ class ContrastiveTrainer(Trainer):
     ):
         """Publish the saved model in ``args.output_dir`` to ``args.hub_model_id``, exactly as ``csekit push`` does.
 
-        The upload is :func:`csekit.publishing.hub.files_to_push`'s pickle-free set (safetensors, config with
+        The upload is [`csekit.publishing.hub.files_to_push`][csekit.publishing.hub.files_to_push]'s pickle-free set
+        (safetensors, config with
         ``auto_map``, code, tokenizer, a freshly rendered card, ``eval_results.json``), never ``training_args.bin`` or
-        checkpoints. Call it after :meth:`save_model` and the test evaluation. Returns the commit info (``None`` off
+        checkpoints. Call it after [`save_model`][csekit.trainers.trainer.ContrastiveTrainer.save_model] and the test
+        evaluation. Returns the commit info (``None`` off
         rank 0).
         """
         from ..publishing.hub import push_to_hub as publish

@@ -7,6 +7,7 @@
 """
 
 from pathlib import Path
+from typing import Optional
 
 from ..atomic import write_json
 from ..data import resolve_data_dir
@@ -65,7 +66,7 @@ def add_evaluate_parser(subparsers) -> None:
 
 def requested_suites(args) -> list:
     """The suites of ``--tasks`` (default ``sts``, or none with ``--mteb`` alone); an unknown one is a
-    :class:`DataError` naming the choices."""
+    [`DataError`][csekit.evaluation.cli.DataError] naming the choices."""
     tasks = args.tasks if args.tasks is not None else ("" if args.mteb else "sts")
     suites = [suite.strip() for suite in tasks.split(",") if suite.strip()]
     unknown = [suite for suite in suites if suite not in SUITES]
@@ -119,6 +120,49 @@ def score_mteb(args, embed, mteb_tasks, protocol: dict, record: dict) -> None:
         print(f"mteb's results files: {files[0].parent} (model_meta.json and {len(files)} task file(s))")
 
 
+# what `csekit evaluate` adds to a model folder's own record: the suites' scores, and their protocol entries
+SUITE_KEYS = ("sts", "sts_aggregations", "transfer", "clustering", "geometry", "mteb")
+
+
+def folder_record_target(args) -> Optional[Path]:
+    """The model folder's own ``eval_results.json`` when this evaluation adds to it: ``--output`` names it, or
+    ``--mteb`` without ``--output`` on a csekit folder that has one. Those scores must describe the folder's model as
+    it is served, so a pooler, length, size or backend of the command's choosing is refused there in one line."""
+    from ..loading import RESULTS_FILE
+
+    folder = Path(args.model).expanduser()
+    own = folder / RESULTS_FILE
+    if args.output:
+        if not folder.is_dir() or Path(args.output).expanduser().resolve() != own.resolve():
+            return None
+    elif not (args.mteb and folder.is_dir() and own.is_file()):
+        return None
+    changed = [flag for flag, value in (("--pooler", args.pooler), ("--max-length", args.max_length),
+                                        ("--truncate-dim", args.truncate_dim)) if value is not None]
+    changed += ["--backend onnx"] if args.backend != "torch" else []
+    if changed:
+        raise DataError(f"{own}: the folder's record holds its model's own scores, and {', '.join(changed)} scores "
+                        "something else; write these results to another --output")
+    return own
+
+
+def add_to_folder_record(path: Path, record: dict) -> dict:
+    """``record``'s suites merged into the record at ``path`` (written atomically): the suites scored now replace
+    their namesakes, with their protocol entries; the rest (training curve, batch, base scores, figure numbers) is
+    kept as it was."""
+    from ..publishing.model_card import read_json
+
+    merged = read_json(path) if path.is_file() else {}
+    merged.update({key: record[key] for key in SUITE_KEYS if key in record})
+    protocol = merged.setdefault("protocol", {})
+    protocol.update({key: value for key, value in record.get("protocol", {}).items()
+                     if key in SUITE_KEYS or key not in protocol})
+    for key in ("model", "pooler"):
+        merged.setdefault(key, record.get(key))
+    write_json(path, merged)
+    return merged
+
+
 def run_evaluate(args) -> int:
     """``csekit evaluate``: every input checked before any work (suites, device, output file, MTEB task names, data),
     then the model loaded once and scored suite by suite; the record is written (atomically) at the end."""
@@ -128,6 +172,9 @@ def run_evaluate(args) -> int:
 
     suites = requested_suites(args)
     device = resolve_device(args.device)  # a bad --device fails before any data is read
+    into_folder = folder_record_target(args)
+    if into_folder is not None:
+        args.output = str(into_folder)
     output = check_output_file(args.output, inputs=[args.model]) if args.output else None  # before any work
     mteb_tasks = load_mteb_tasks(args.mteb) if args.mteb else None  # an unknown task name fails before any work
     data_dir = resolve_data_dir(args.data_dir) if suites else None
@@ -143,7 +190,14 @@ def run_evaluate(args) -> int:
     record["protocol"] = protocol
     if args.mteb:
         score_mteb(args, embed, mteb_tasks, protocol, record)
-    if output:
+    if into_folder is not None:
+        add_to_folder_record(into_folder, record)
+        print(f"added to {into_folder}: {', '.join(key for key in SUITE_KEYS if key in record)}")
+        if (into_folder.parent / "README.md").is_file():  # the card shows the record: it follows
+            from ..publishing.model_card import write_model_card
+
+            print(f"card updated: {write_model_card(into_folder.parent, figure='never')}")
+    elif output:
         write_json(output, record)
     return 0
 

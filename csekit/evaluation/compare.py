@@ -3,7 +3,8 @@
     csekit compare outputs/simcse outputs/whitenedcse results.json [--tasks sts,transfer,mteb]
 
 Each argument is a model folder (its ``eval_results.json``) or a JSON file written by ``csekit evaluate --output``.
-The first result is the reference: for every other one whose protocol record (:mod:`csekit.evaluation.protocol`)
+The first result is the reference: for every other one whose protocol record
+([`csekit.evaluation.protocol`][csekit.evaluation.protocol])
 differs from it, one warning line on stderr names the fields that differ (the STS aggregation, the pooler, a task's
 pair count or data hash, the transfer protocol, a library version), or says that a result has no record.
 """

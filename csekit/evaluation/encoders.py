@@ -1,6 +1,6 @@
 """Load anything `csekit evaluate` can score as ``embed(sentences) -> vectors``: a csekit folder, a plain Hugging Face
-encoder folder, a sentence-transformers folder (scored as sentence-transformers computes it: :mod:`csekit.st_folder`),
-the embedded all-MiniLM-L6-v2, or a Hub id (through the Hugging Face cache, see :mod:`csekit.loading`)."""
+encoder folder, a sentence-transformers folder (scored as sentence-transformers computes it: `csekit.st_folder`),
+the embedded all-MiniLM-L6-v2, or a Hub id (through the Hugging Face cache, see [`csekit.loading`][csekit.loading])."""
 
 from pathlib import Path
 from typing import Optional
@@ -38,6 +38,7 @@ class HFSentenceEncoder:
         self.layers = resolve_pooling_layers(pooler, None, model.config.num_hidden_layers)
 
     def embed_batch(self, batch: dict) -> torch.Tensor:
+        """``(batch, hidden)`` vectors of one tokenized batch, pooled with this encoder's pooler."""
         outputs, hidden_states, static = encoder_layer_states(self.model, self.layers, **batch)
         if self.pooler == "cls":
             if getattr(outputs, "pooler_output", None) is None:
@@ -47,7 +48,8 @@ class HFSentenceEncoder:
 
 
 def finite_embeddings(name: str, vectors):
-    """``vectors`` when every entry is finite; a :class:`DataError` otherwise (every score from them would be NaN or
+    """``vectors`` when every entry is finite; a [`DataError`][csekit.evaluation.encoders.DataError] otherwise (every
+    score from them would be NaN or
     meaningless, so none is reported)."""
     import numpy as np
 
@@ -64,7 +66,8 @@ def load_embedder(
 ):
     """``(embed, info)``: ``embed(sentences) -> (n, d) numpy`` and a dict describing model and pooler.
 
-    ``device``: where the model runs (see :func:`resolve_device`; default a GPU when there is one).
+    ``device``: where the model runs (see [`resolve_device`][csekit.evaluation.encoders.resolve_device]; default a GPU
+    when there is one).
     ``truncate_dim``: score the first ``d`` coordinates of every vector (a Matryoshka size); checked against the
     model's vector size before anything is encoded. ``backend="onnx"``: ``name_or_path`` is a folder written by
     ``csekit export-onnx``, run through onnxruntime on CPU (its graph holds the pooling: ``pooler`` is refused).

@@ -1,12 +1,14 @@
 """MTEB tasks through the ``mteb`` package (``pip install 'csekit[mteb]'``): ``csekit evaluate MODEL --mteb STS12``.
 
 The model is the same ``embed`` that scores the SentEval suites (a csekit model's ``encode``, or a Hugging Face
-encoder with its pooler), wrapped in the encoder protocol mteb 2 expects (:class:`CSEKitMTEBEncoder`: texts of mteb's
+encoder with its pooler), wrapped in the encoder protocol mteb 2 expects (`CSEKitMTEBEncoder`: texts of mteb's
 batches in, a ``(n, d)`` array out, cosine similarity). mteb is never asked to resolve the model, so a local folder
 costs no Hub call. Task data is mteb's: each task's Hub dataset at the revision mteb pins, read through the Hugging
 Face datasets cache, so with ``HF_HUB_OFFLINE=1`` a task runs from the cache of an earlier online run. Each task's
-data is read when the task is named (:func:`load_mteb_tasks`), before any other suite runs. mteb's own result cache
-is not read (every call scores); :func:`write_mteb_results` writes mteb's results files, in the layout of mteb's
+data is read when the task is named ([`load_mteb_tasks`][csekit.evaluation.mteb_suite.load_mteb_tasks]), before any
+other suite runs. mteb's own result cache
+is not read (every call scores); [`write_mteb_results`][csekit.evaluation.mteb_suite.write_mteb_results] writes mteb's
+results files, in the layout of mteb's
 results repository (``results/<model>/<revision>/<task>.json`` and ``model_meta.json``), where the caller says.
 
 Results are kept under mteb's task names and dataset ids, apart from the SentEval scores: MTEB's ``SICK-R`` is the
@@ -34,15 +36,30 @@ def _require_mteb():
 
 def model_meta(model_name: str, path: str):
     """mteb's ``ModelMeta`` of the scored model: a csekit folder's full record
-    (:func:`csekit.publishing.mteb_meta.model_meta_record`), else the name, revision and cosine similarity. The
-    name is the Hub id of a Hub model (its revision the cached snapshot), ``csekit/<folder>`` for a local folder."""
+    ([`csekit.publishing.mteb_meta.model_meta_record`][csekit.publishing.mteb_meta.model_meta_record]), else the name,
+    revision and cosine similarity. The
+    name is the Hub id of a Hub model ([`csekit.loading.hub_id_of`][csekit.loading.hub_id_of]: a Hub id, the embedded
+    MiniLM, a cache
+    snapshot), the repository a folder was pushed to (its ``mteb_model_meta.json``, written by ``csekit push``), else
+    ``csekit/<folder>``; the revision is the snapshot's commit, else the first 40 hex digits of the folder's content
+    hash ([model_revision][csekit.evaluation.score_cache.model_revision]), so results of
+    different weights never share a revision."""
     _require_mteb()
     from mteb.models.model_meta import ModelMeta, ScoringFunction
 
+    from ..loading import hub_id_of, snapshot_of
+    from ..publishing.mteb_meta import MODEL_META_FILE
+    from .score_cache import model_revision
+
     folder = Path(path)
     local = Path(model_name).exists()
-    name = f"csekit/{Path(model_name.rstrip('/')).name}" if local else model_name
-    revision = folder.name if folder.parent.name == "snapshots" else "local"
+    pushed = {}
+    if local and (folder / MODEL_META_FILE).is_file():
+        recorded = json.loads((folder / MODEL_META_FILE).read_text())
+        pushed = recorded if isinstance(recorded, dict) and recorded.get("revision") else {}
+    name = hub_id_of(model_name) or pushed.get("name") or f"csekit/{Path(model_name.rstrip('/')).name}"
+    snapshot = snapshot_of(folder)
+    revision = snapshot[1] if snapshot else model_revision(folder).partition(":")[2][:40]
     config = folder / "config.json"
     if config.is_file() and json.loads(config.read_text()).get("model_type", "").startswith("csekit-"):
         from ..publishing.mteb_meta import model_meta_record
@@ -55,7 +72,7 @@ def model_meta(model_name: str, path: str):
 
 def mteb_encoder(embed: Callable[[list], np.ndarray], meta):
     """An mteb encoder (``AbsEncoder``) whose ``encode`` returns ``embed`` of the batches' texts; ``meta`` is its
-    ``ModelMeta`` (:func:`model_meta`)."""
+    ``ModelMeta`` ([`model_meta`][csekit.evaluation.mteb_suite.model_meta])."""
     _require_mteb()
     from mteb.models.abs_encoder import AbsEncoder
 
@@ -97,8 +114,9 @@ def load_mteb_tasks(task_names: Sequence[str]) -> list:
 
 def evaluate_mteb(embed: Callable[[list], np.ndarray], meta, tasks: list) -> tuple:
     """``({task: main score x100}, {"version", "tasks": {task: {"dataset", "revision", "splits", "main_score"}}},
-    mteb's ModelResult)`` for mteb task objects (:func:`load_mteb_tasks`) and the model's ``ModelMeta``
-    (:func:`model_meta`)."""
+    mteb's ModelResult)`` for mteb task objects ([`load_mteb_tasks`][csekit.evaluation.mteb_suite.load_mteb_tasks]) and
+    the model's ``ModelMeta``
+    ([`model_meta`][csekit.evaluation.mteb_suite.model_meta])."""
     mteb = _require_mteb()
     try:
         result = mteb.evaluate(mteb_encoder(embed, meta), tasks, cache=None, show_progress_bar=False)

@@ -37,8 +37,8 @@ def library_versions() -> dict:
 
 
 def protocol_record(pooler: Optional[str], sts=None, transfer=None) -> dict:
-    """The record of one evaluation: ``sts`` an :class:`~csekit.evaluation.sts.STSEvaluator`, ``transfer`` a
-    :class:`~csekit.evaluation.transfer.TransferEvaluator` (each optional)."""
+    """The record of one evaluation: ``sts`` an [`STSEvaluator`][csekit.evaluation.sts.STSEvaluator], ``transfer`` a
+    [`TransferEvaluator`][csekit.evaluation.transfer.TransferEvaluator] (each optional)."""
     record = {"pooler": pooler}
     if sts is not None:
         record["sts"] = sts.fingerprint()

@@ -19,7 +19,8 @@ setting. This module is SentEval's ``MLP`` with ``nhid=0`` (facebookresearch/Sen
 * features are cast to float32 (L54-57); ``score`` is the accuracy of the argmax in batches of 64.
 
 ``validation.py`` pairs it with the L2 grid ``10^-5 .. 10^-2`` (L61, L130, L205) in the three schemes of
-:mod:`csekit.evaluation.transfer`. On a GPU the result depends on the kernels' summation order like any float32
+[`csekit.evaluation.transfer`][csekit.evaluation.transfer]. On a GPU the result depends on the kernels' summation order
+like any float32
 training; on the CPU it is bit-for-bit SentEval's.
 """
 
@@ -99,8 +100,9 @@ class PyTorchLogisticRegression:
 
 
 class PyTorchClassifier:
-    """The ``simcse`` protocol's classifier for :mod:`csekit.evaluation.transfer`'s validation schemes: a fresh
-    :class:`PyTorchLogisticRegression` per fit, early-stopped on the fold it is scored on (as SentEval does), and the
+    """The ``simcse`` protocol's classifier for [`csekit.evaluation.transfer`][csekit.evaluation.transfer]'s validation
+    schemes: a fresh
+    `PyTorchLogisticRegression` per fit, early-stopped on the fold it is scored on (as SentEval does), and the
     final fit early-stopped on the dev split or on 5% of train."""
 
     grids = dict.fromkeys(("inner_kfold", "kfold", "split"), GRID)

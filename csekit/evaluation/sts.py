@@ -145,11 +145,12 @@ class STSEvaluator:
 
     Args:
         data_dir: folder containing ``senteval/downstream``.
-        tasks: subset of :data:`STS_TASKS`.
+        tasks: subset of [`STS_TASKS`][csekit.evaluation.sts.STS_TASKS].
         split: ``"test"`` (reporting) or ``"dev"`` (STS-B dev / SICK-R trial, for model selection).
 
     Call it with ``embed(sentences) -> (n, d) array``; it returns ``{task: score, ..., "avg": mean}`` under
-    ``aggregation`` (``all``, the default, as SimCSE; ``mean`` or ``wmean``); :meth:`evaluate` returns all three,
+    ``aggregation`` (``all``, the default, as SimCSE; ``mean`` or ``wmean``);
+    [`evaluate`][csekit.evaluation.sts.STSEvaluator.evaluate] returns all three,
     ``{aggregation: {task: score, ..., "avg"}}`` (they differ for STS12-16 only). ``embed`` gets
     both sentences of every scored pair, duplicates kept, as SentEval's ``prepare`` sees a task: a post-processing or
     idf^T fitted inside ``embed`` then weights a sentence by how often the task uses it, which is what reproduces the
@@ -215,7 +216,8 @@ class STSEvaluator:
 
 
 class CachedSTSEvaluator:
-    """An :class:`STSEvaluator` over pooled vectors computed once (e.g. by the embedding cache).
+    """An [`STSEvaluator`][csekit.evaluation.sts.STSEvaluator] over pooled vectors computed once (e.g. by the embedding
+    cache).
 
     Call with ``transform`` (``(n, hidden) -> (n, d)``, e.g. the model's MLP ``e``) to score ``transform(pooled)``,
     or with ``None`` to score the frozen encoder alone.
@@ -245,7 +247,7 @@ class CachedSTSEvaluator:
         return self.evaluator(self._embed(transform))
 
     def evaluate(self, transform: Optional[Callable] = None) -> dict:
-        """Every aggregation (:meth:`STSEvaluator.evaluate`)."""
+        """Every aggregation ([`STSEvaluator.evaluate`][csekit.evaluation.sts.STSEvaluator.evaluate])."""
         return self.evaluator.evaluate(self._embed(transform))
 
 

@@ -32,9 +32,11 @@ def evaluate_suites(
 ) -> dict:
     """``{suite: results}`` for the transfer / clustering / geometry suites named in ``suites`` (others ignored).
 
-    ``transfer_protocol``: ``senteval``, ``simcse`` or ``fast`` (see :mod:`csekit.evaluation.transfer`);
+    ``transfer_protocol``: ``senteval``, ``simcse`` or ``fast`` (see
+    [`csekit.evaluation.transfer`][csekit.evaluation.transfer]);
     ``transfer_jobs``: folds fitted in parallel in its C search; ``device``: where the ``simcse`` classifier trains.
-    ``protocol``: a protocol record (:mod:`csekit.evaluation.protocol`) that gets the transfer suite's fingerprint."""
+    ``protocol``: a protocol record ([`csekit.evaluation.protocol`][csekit.evaluation.protocol]) that gets the transfer
+    suite's fingerprint."""
     # each suite's module (and the scikit-learn parts it needs) loads when the suite runs, not with the suite names
     from .clustering import ClusteringEvaluator
     from .geometry import GeometryEvaluator

@@ -44,7 +44,7 @@ decides the folds. MRPC's F1 is not reported. Cost for all-MiniLM-L6-v2 on every
 
 ``protocol="simcse"`` is SentEval's PyTorch path as SimCSE's ``evaluation.py --mode test`` runs it (``usepytorch``,
 ``kfold`` 10, Adam, batch 64, tenacity 5, epoch_size 4; L2 weight in 10^-5..10^-2), the classifier of the SimCSE and
-WhitenedCSE transfer tables: :mod:`csekit.evaluation.pytorch_logreg`. Its default tasks are SimCSE's 7.
+WhitenedCSE transfer tables: `csekit.evaluation.pytorch_logreg`. Its default tasks are SimCSE's 7.
 
 ``protocol="fast"`` is csekit's earlier shortcut, kept for quick runs: ``StandardScaler + LogisticRegression(C=1)``,
 no search, train -> test (dev ignored), file order with blank lines dropped, and by default the 9 tasks it used

@@ -1,6 +1,6 @@
 """Training-free sentence-embedding extraction (Stankevičius & Lukoševičius 2024): token-state sources, idf and
 bias weighting, prompt templates, post-processing, and the grid that scores every combination. The names below are
-imported on first use, so the ``csekit extract`` parser reads :mod:`.settings` without torch."""
+imported on first use, so the ``csekit extract`` parser reads `settings` without torch."""
 
 from importlib import import_module
 

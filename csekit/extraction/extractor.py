@@ -4,21 +4,23 @@ One extraction setting ("cell") is ``model x layers x template x aggregation x p
 
 * model: a transformer (csekit folder, HF folder, ``all-MiniLM-L6-v2``, ``random-bert``: bert-base-uncased
   architecture with seeded random weights) or a static model (``re``, ``avg:MODEL``, ``MODEL+avg:W``), see
-  :func:`load_source` and ``static_models.py``;
+  [`load_source`][csekit.extraction.extractor.load_source] and ``static_models.py``;
 * layers: ``last``, ``first_last`` (1 + last), ``1_2_last`` or ``+``-joined indices (``-1`` static token embeddings,
-  ``0`` embedding output, ``i`` block i), see :func:`resolve_layers`;
+  ``0`` embedding output, ``i`` block i), see [`resolve_layers`][csekit.extraction.extractor.resolve_layers];
 * template: ``none`` or T0-T4 (``prompts.py``);
 * aggregation: ``avg`` (mean over the text's tokens t1..tN, paper eq. 3: ``[CLS]``/``[SEP]`` are not among them),
   ``idf-w`` (idf of the reference corpus), ``idf-t`` (idf of the target texts), ``no-biases`` (drop
   frequent/punctuation/subword tokens), ``mask`` (mean of the template's mask positions); how template tokens and
   ``[MASK]`` are weighted is one rule, in ``idf.py``;
 * post-processing: a chain from ``postprocessing.py``, fitted on the target texts (the *fit set*, see
-  :meth:`Extractor.embed`) or (``^W``) the reference corpus.
+  [`Extractor.embed`][csekit.extraction.extractor.Extractor.embed]) or (``^W``) the reference corpus.
 
-Performance: the token states of ``(model, texts, template, layers)`` are computed once by :class:`HiddenStateCache`
+Performance: the token states of ``(model, texts, template, layers)`` are computed once by
+[`HiddenStateCache`][csekit.extraction.extractor.HiddenStateCache]
 and re-weighted per aggregation, so a whole aggregation x post-processing grid costs one encoding pass per dataset.
 With a cache folder the states also go to disk, keyed by content fingerprints (weights, tokenizer, texts, averaging
-corpus), stored as safetensors and verified on every load (:class:`HiddenStateCache`).
+corpus), stored as safetensors and verified on every load
+([`HiddenStateCache`][csekit.extraction.extractor.HiddenStateCache]).
 """
 
 import json
@@ -113,7 +115,7 @@ class TransformerSource:
 
 def load_transformer(name: str, data_dir, seed: int = 42, device: Optional[str] = None) -> TransformerSource:
     """A csekit folder (its backbone), an HF folder, ``all-MiniLM-L6-v2``, or ``random-bert``, on ``device``
-    (:func:`~csekit.loading.resolve_device`)."""
+    ([`resolve_device`][csekit.loading.resolve_device])."""
     device = resolve_device(device)
     if name == "random-bert":
         folder = bert_tokenizer_path()
@@ -195,7 +197,7 @@ BATCH_FIELDS = ("rows", "input_ids", "attention_mask", "states")
 
 
 def save_encoded(path: Path, encoded: EncodedTexts, key: str) -> None:
-    """One checked safetensors entry (:mod:`csekit.tensor_cache`): tensors ``<batch>.<field>``, metadata format, key
+    """One checked safetensors entry (`csekit.tensor_cache`): tensors ``<batch>.<field>``, metadata format, key
     and counts."""
     tensors = {f"{index}.{name}": tensor
                for index, batch in enumerate(encoded.batches) for name, tensor in zip(BATCH_FIELDS, batch)}
@@ -205,7 +207,7 @@ def save_encoded(path: Path, encoded: EncodedTexts, key: str) -> None:
 
 def load_encoded(path: Path, key: str):
     """``(EncodedTexts, None)`` for a valid entry of ``key``, else ``(None, reason)``: the entry's metadata and
-    checksum (:func:`csekit.tensor_cache.load_entry`), then every shape and the rows covering the texts."""
+    checksum (`csekit.tensor_cache.load_entry`), then every shape and the rows covering the texts."""
     tensors, metadata, reason = load_entry(path, {"format": CACHE_FORMAT, "key": key})
     if reason is not None:
         return None, reason
@@ -230,9 +232,11 @@ class HiddenStateCache:
     """Token states per key (source fingerprint, texts, template, layers, max length), in memory and optionally on disk.
 
     ``enabled=False`` re-encodes on every request (the baseline of ``benchmarks/extraction_cache.py``). In memory,
-    :meth:`release` drops every entry except those of kept texts (the reference corpus), so a grid over many datasets
+    [`release`][csekit.extraction.extractor.HiddenStateCache.release] drops every entry except those of kept texts (the
+    reference corpus), so a grid over many datasets
     holds one dataset at a time. With ``directory`` set, entries also go to ``<sha256 of the key>.safetensors`` files
-    and survive runs: the key holds content fingerprints (see :meth:`Extractor.token_states`), never a model name, so
+    and survive runs: the key holds content fingerprints (see
+        [`Extractor.token_states`][csekit.extraction.extractor.Extractor.token_states]), never a model name, so
     overwritten weights or another averaging corpus get a new entry; a file that is unreadable, truncated, not
     safetensors, or fails its metadata / shape / checksum checks is rebuilt (``rebuilt`` lists them), never used.
     """
@@ -313,11 +317,12 @@ class ExtractionSetting:
 
 
 class Extractor:
-    """Turns a source + :class:`ExtractionSetting` into ``embed(texts) -> (n, d)`` for the evaluators.
+    """Turns a source + [`ExtractionSetting`][csekit.extraction.extractor.ExtractionSetting] into ``embed(texts) -> (n,
+    d)`` for the evaluators.
 
     Args:
         reference: reference-corpus sentences (idf^W, most-frequent biases, ``^W`` post-processing).
-        cache: shared :class:`HiddenStateCache`.
+        cache: shared [`HiddenStateCache`][csekit.extraction.extractor.HiddenStateCache].
         average_special_tokens: also average the tokenizer's framing tokens (``[CLS]``/``[SEP]``), as SimCSE's
             ``avg`` pooler and sentence-transformers' mean pooling do. Default ``False``: the text's own tokens
             t1..tN only (paper eq. 3). Only ``avg`` changes: idf gives them 0 (they occur in every text) and
@@ -421,7 +426,8 @@ class Extractor:
         return setting.postprocessing.fit_transform(target, reference, fit)
 
     def embedder(self, source, setting: ExtractionSetting) -> Callable[..., np.ndarray]:
-        """``embed(texts, fit_texts=None)`` for one cell (see :meth:`embed`)."""
+        """``embed(texts, fit_texts=None)`` for one cell (see
+        [`embed`][csekit.extraction.extractor.Extractor.embed])."""
         return lambda texts, fit_texts=None: self.embed(source, texts, setting, fit_texts)
 
 

@@ -46,7 +46,7 @@ def evaluation_units(suites: Sequence[str], data_dir, transfer_max_train=None, c
                      transfer_protocol: str = "senteval", sts_fit_set: str = "test", transfer_jobs: int = 1) -> list:
     """``(suite, name, score(embed))`` per dataset: each unit embeds one dataset, so target-fitted post-processing and
     idf^T see exactly that dataset's texts (one STS task, one transfer task, one clustering dataset); for STS the
-    fit set is chosen by ``sts_fit_set`` (:func:`sts_fit_sentences`)."""
+    fit set is chosen by ``sts_fit_set`` (`sts_fit_sentences`)."""
     unknown = [suite for suite in suites if suite not in SUITES]
     if unknown or not suites:
         raise DataError(f"unknown task suite(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(SUITES)}")

@@ -2,8 +2,8 @@
 
 Which tokens are averaged (paper eq. 1-3): the text ``s0`` is tokenized into ``t1 .. tN`` and the baseline is the mean
 over those N tokens. The tokens a tokenizer adds around every text (``[CLS]``/``[SEP]`` for BERT, ``<s>``/``</s>``
-for RoBERTa: :func:`framing_token_ids`) and padding are not among them, so every aggregation gives them weight 0
-(:func:`text_token_mask`); ``csekit extract --average-special-tokens`` re-admits them for ``avg`` (SimCSE's ``avg``
+for RoBERTa: `framing_token_ids`) and padding are not among them, so every aggregation gives them weight 0
+(`text_token_mask`); ``csekit extract --average-special-tokens`` re-admits them for ``avg`` (SimCSE's ``avg``
 pooler and sentence-transformers' mean pooling include them).
 
 * idf: ``idf_t = log(N / df_t)`` over a corpus of ``N`` texts, counted on the token ids the model sees. ``idf^W``
@@ -37,7 +37,8 @@ the *task's* sentences to the printed digit on six STS tasks, so that collapse h
 can only give the template large weights if the idf was counted on the raw sentences (counted on templated texts,
 every template token occurs in every text and weighs 0). Both tables are therefore counted on raw sentences.
 
-All become ``(batch, seq_len)`` ``token_weights`` for :func:`csekit.modeling.pooling.masked_mean`.
+All become ``(batch, seq_len)`` ``token_weights`` for
+[`csekit.modeling.pooling.masked_mean`][csekit.modeling.pooling.masked_mean].
 """
 
 import unicodedata

@@ -150,7 +150,7 @@ class PostProcessingChain:
 
 
 def parse_postprocessing(spec: str) -> PostProcessingChain:
-    """``"zscore"``, ``"quantile-u^W+normalize"``, ``"none"`` -> a :class:`PostProcessingChain` (validated)."""
+    """``"zscore"``, ``"quantile-u^W+normalize"``, ``"none"`` -> a `PostProcessingChain` (validated)."""
     spec = spec.strip()
     if spec in ("", NO_POSTPROCESSING):
         return PostProcessingChain([])

@@ -8,7 +8,7 @@ Template tokens and ``[MASK]`` under the weighted aggregations follow one rule: 
 weighed like any sentence token by tables counted on raw (untemplated) sentences (``avg`` 1; ``idf-t`` / ``idf-w``
 their idf in the task's sentences / the reference corpus, ``log N`` when absent, as ``[MASK]`` always is;
 ``no-biases`` keeps ``[MASK]``). The table, and the paper's evidence for this reading, are in
-:mod:`csekit.extraction.idf`.
+`csekit.extraction.idf`.
 
     template = resolve_template("T0")
     texts = template.fill(["a man plays a guitar ."], tokenizer.mask_token)

@@ -5,7 +5,7 @@
 * ``Avg``: every token's vector averaged over all its contexts in a corpus, for the chosen layers of a transformer
   (the paper used WikiText-103; here ``--avg-corpus``). Tokens never seen in the corpus get weight 0.
 * ``BERT + Avg``: sentence embeddings mixed as ``(1 - w) * transformer + w * Avg`` (w = 0 is the transformer,
-  w = 1 the Avg model; negative w is allowed), see :class:`MixedSource`.
+  w = 1 the Avg model; negative w is allowed), see `MixedSource`.
 
 A source turns a tokenized batch into ``(batch, seq_len, hidden)`` token states; ``token_mask`` removes tokens the
 model has no vector for; ``fingerprint`` names its content for the hidden-state cache. The same aggregation (over the

@@ -1,7 +1,7 @@
 """The alignment/uniformity figure of a model card (Wang & Isola, 2020), drawn from one evaluation run.
 
 Alignment and uniformity use the definitions (and the STS-B train sentences and positive pairs) of
-:mod:`csekit.evaluation.geometry`, so the numbers on the figure equal ``csekit evaluate --tasks geometry``.
+`csekit.evaluation.geometry`, so the numbers on the figure equal ``csekit evaluate --tasks geometry``.
 
     numbers = alignment_uniformity_figure(embed, data_dir, "model/alignment_uniformity.png")
     # {"alignment": .., "uniformity": .., "sentences": .., "positive_pairs": ..}
@@ -63,7 +63,7 @@ def alignment_uniformity_figure(embed: Callable[[list], np.ndarray], data_dir, p
         data_dir: the data folder.
         path: where the PNG goes (written atomically).
     Returns:
-        ``{"alignment", "uniformity"}`` rounded to 4 digits as in :class:`GeometryEvaluator`, with the
+        ``{"alignment", "uniformity"}`` rounded to 4 digits as in `GeometryEvaluator`, with the
         ``"sentences"`` and ``"positive_pairs"`` they were computed on.
     """
     from matplotlib.figure import Figure  # here: the card's text needs no matplotlib; no pyplot: nothing global

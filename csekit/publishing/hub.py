@@ -8,7 +8,7 @@ sentence-transformers layout (``modules.json`` and its module folders). ``*.bin`
 
 Nothing local is published: in the uploaded copies of the JSON records and the card, a local path the run was given
 (``/home/me/data/wiki.txt``, ``outputs/run3``) appears as its base name, and the card says so; a Hub id stays as it
-is (:func:`publishable_copy`).
+is ([`publishable_copy`][csekit.publishing.hub.publishable_copy]).
 
     files = files_to_push("outputs/simcse")           # validate + list, no network
     push_to_hub("outputs/simcse", "me/simcse-minilm")  # create_repo + upload_folder(allow_patterns=files)
@@ -112,7 +112,8 @@ def code_files(folder: Path, auto_map: dict) -> list:
 def files_to_push(model_dir) -> list:
     """Check that ``model_dir`` is a complete, pickle-free csekit folder and list the files to upload.
 
-    Raises :class:`DataError` naming the first missing piece (weights, ``auto_map``, code, tokenizer, card,
+    Raises [`DataError`][csekit.publishing.hub.DataError] naming the first missing piece (weights, ``auto_map``, code,
+    tokenizer, card,
     ``eval_results.json``) or a truncated or corrupt safetensors file.
     """
     folder = Path(model_dir)
@@ -145,7 +146,7 @@ def files_to_push(model_dir) -> list:
 
 def sentence_transformers_files(folder: Path) -> list:
     """The sentence-transformers layout's files (``modules.json`` and the files of the module sub-folders it names,
-    each path checked by :func:`csekit.st_folder.module_entries`), if any. The root module (path ``""``) adds
+    each path checked by `csekit.st_folder.module_entries`), if any. The root module (path ``""``) adds
     nothing: the folder's own files are listed by name."""
     if not (folder / "modules.json").is_file():
         return []
@@ -186,7 +187,7 @@ def push_to_hub(
 
     Args:
         refresh_card: re-render README.md with ``repo_id`` in the loading snippets (keeps an existing figure).
-        api: an :class:`HfApi` (default: one using the saved token / ``HF_TOKEN``).
+        api: an `HfApi` (default: one using the saved token / ``HF_TOKEN``).
     Returns:
         ``(commit_info, files)``.
     """

@@ -2,7 +2,8 @@
 
 Every reproduced number comes from the folder's ``eval_results.json`` (written by the recipe runner and by the
 card's own geometry evaluation); hyperparameters come from ``config.json`` and ``training_args.json`` (the JSON
-twin of ``training_args.bin`` written by :func:`csekit.trainers.runner.run_recipe`; the pickle is never read). The
+twin of ``training_args.bin`` written by [`csekit.trainers.runner.run_recipe`][csekit.trainers.runner.run_recipe]; the
+pickle is never read). The
 papers' numbers live in the per-family templates of ``model_cards/`` as the *paper* rows, with their source.
 
     card = render_model_card("outputs/simcse", repo_id="me/simcse-minilm")   # a huggingface_hub.ModelCard
@@ -20,8 +21,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..atomic import write_json, write_text
 from ..errors import DataError
-from ..evaluation.sts import STS_COLUMNS, STS_TASKS
-from ..loading import ARGUMENTS_FILE, EMBEDDED_MODELS, RESULTS_FILE, resolve_model_path
+from ..evaluation.sts import STS_COLUMNS, STS_SHORT_NAMES, STS_TASKS
+from ..loading import ARGUMENTS_FILE, RESULTS_FILE, hub_id_of, resolve_model_path
 from ..methods import method_of_model_type
 from ..options import FLAG_NAMES
 from ..preflight import check_output_file, load_tokenizer
@@ -52,12 +53,25 @@ TRAINING_KEYS = (
     "bf16", "fp16", "seed",
 )
 COMPARISON_FILE = "comparison.md"
+# every recipe trains and evaluates on English text (wiki1m, NLI, SentEval), as the papers do
+CARD_LANGUAGE = ["en"]
+# the Hub's sentence-similarity widget: a sentence and the candidates it is compared with (not evaluation data)
+WIDGET = [
+    {"source_sentence": "A man is playing a guitar.",
+     "sentences": ["Someone is playing an instrument.", "A man is playing a flute.", "A woman is slicing an onion."]},
+    {"source_sentence": "The cat sleeps on the sofa.",
+     "sentences": ["A cat is napping on a couch.", "A dog sleeps in the garden.", "The sofa is for sale."]},
+    {"source_sentence": "How do I reset my password?",
+     "sentences": ["I forgot my password and need a new one.", "How do I change my username?",
+                   "The weather is nice today."]},
+]
 NO_SENTENCE_TRANSFORMERS = ("its inference is not a backbone followed by last-layer [CLS] or mean pooling and Linear "
                             "layers (a multi-layer pooler, or a whitening head), so the folder has no modules.json")
 
 
 def read_json(path: Path) -> dict:
-    """A JSON object (a csekit record) from ``path``; anything else is a :class:`DataError`."""
+    """A JSON object (a csekit record) from ``path``; anything else is a
+    [`DataError`][csekit.publishing.model_card.DataError]."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -139,14 +153,14 @@ def hyperparameter_rows(config: FolderConfig, arguments: Optional[dict]) -> list
     return rows
 
 
-def base_model_id(arguments: Optional[dict]) -> Optional[str]:
-    """The backbone's Hub id when the recipe started from one (a local folder has none)."""
+def base_model_id(arguments: Optional[dict], record: Optional[dict] = None) -> Optional[str]:
+    """The backbone's Hub id when the recipe started from a Hub model ([`hub_id_of`][csekit.loading.hub_id_of], recorded
+    by the run in ``eval_results.json`` ``base_model``: a Hub id, the embedded all-MiniLM-L6-v2, a snapshot of the
+    Hugging Face cache); a folder without a record falls back to ``model_name_or_path`` when that is a Hub id."""
+    if record and "base_model" in record:
+        return record["base_model"]
     name = (arguments or {}).get("model_args", {}).get("model_name_or_path")
-    if name in EMBEDDED_MODELS:
-        return "sentence-transformers/all-MiniLM-L6-v2"
-    if not name or name.startswith((".", "/")) or Path(name).exists() or name.count("/") > 1:
-        return None
-    return name
+    return hub_id_of(name) if name else None
 
 
 def training_datasets(arguments: Optional[dict]) -> Optional[list]:
@@ -167,16 +181,22 @@ def other_result_rows(record: dict) -> list:
     return rows
 
 
-def build_card_data(title: str, config, record: dict, arguments: Optional[dict], license: str,
-                    sentence_transformers: bool) -> ModelCardData:
-    """The card's metadata. Its model-index holds MTEB results only (``csekit evaluate --mteb``), under the dataset
-    id and revision mteb scored: a Hub dataset id names *that* data, and SentEval's test files are not MTEB's (SICK-R:
-    4,927 vs 9,927 pairs), so the SentEval scores stay in the card's tables under SentEval's names. Tasks the record
-    marks ``contaminated`` (training data overlapped their test set) are left out."""
-    method = config.model_type.removeprefix("csekit-")
-    contaminated = {SENTEVAL_TO_MTEB.get(task, task) for task in record.get("contaminated", {})}
+def sts_eval_results(record: dict, contaminated: set) -> list:
+    """The SentEval STS test scores as model-index entries, under SentEval's names (not a Hub dataset id: SentEval's
+    files are not MTEB's) with the metric sentence-transformers' cards use (``spearman_cosine``)."""
+    return [
+        EvalResult(task_type="sentence-similarity", task_name="Semantic Similarity", dataset_type=f"SentEval/{task}",
+                   dataset_name=f"SentEval {STS_SHORT_NAMES.get(task, task)}", dataset_split="test",
+                   metric_type="spearman_cosine", metric_name="Spearman (cosine) x100", metric_value=score)
+        for task, score in record["sts"].items() if task in STS_TASKS and task not in contaminated
+    ]
+
+
+def mteb_eval_results(record: dict, contaminated: set) -> list:
+    """The MTEB scores (``csekit evaluate --mteb``) as model-index entries, under the dataset id and revision mteb
+    scored."""
     mteb_tasks = record.get("protocol", {}).get("mteb", {}).get("tasks", {})
-    eval_results = [
+    return [
         EvalResult(
             task_type="sentence-similarity", task_name=f"MTEB {task}", dataset_type=mteb_tasks[task]["dataset"],
             dataset_name=f"MTEB {task}", dataset_split=mteb_tasks[task]["splits"][0],
@@ -184,17 +204,30 @@ def build_card_data(title: str, config, record: dict, arguments: Optional[dict],
             metric_name=f"{mteb_tasks[task]['main_score']} (x100)", metric_value=score,
         )
         for task, score in record.get("mteb", {}).items() if task in mteb_tasks and task not in contaminated
-    ] or None
+    ]
+
+
+def build_card_data(title: str, config, record: dict, arguments: Optional[dict], license: str,
+                    sentence_transformers: bool) -> ModelCardData:
+    """The card's metadata, the fields sentence-transformers' own cards carry: tags, ``widget`` examples for the
+    Hub's similarity widget, ``language``, ``base_model`` (a Hub backbone), ``datasets``, and a model-index with the
+    SentEval STS test scores and, after ``csekit evaluate FOLDER --mteb``, the MTEB scores. Tasks the record marks
+    ``contaminated`` (training data overlapped their test set) are left out of the model-index."""
+    method = config.model_type.removeprefix("csekit-")
+    contaminated = set(record.get("contaminated", {}))
+    eval_results = (sts_eval_results(record, contaminated)
+                    + mteb_eval_results(record, {SENTEVAL_TO_MTEB.get(task, task) for task in contaminated})) or None
     if sentence_transformers:  # the tags sentence-transformers' own cards carry, so the Hub shows its widget
         library, pipeline = "sentence-transformers", "sentence-similarity"
         tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "dense"]
     else:
         library, pipeline, tags = "transformers", "feature-extraction", ["feature-extraction", "sentence-similarity"]
     return ModelCardData(
-        model_name=title, library_name=library, pipeline_tag=pipeline, license=license,
+        model_name=title, library_name=library, pipeline_tag=pipeline, license=license, language=CARD_LANGUAGE,
         tags=tags + ["csekit", method, "sentence-embeddings", "custom_code"]
         + (["matryoshka"] if config.values.get("matryoshka_dims") else []),  # the trained sizes are in config.json
-        base_model=base_model_id(arguments), datasets=training_datasets(arguments), eval_results=eval_results,
+        base_model=base_model_id(arguments, record), datasets=training_datasets(arguments),
+        eval_results=eval_results, widget=WIDGET if sentence_transformers else None,
     )
 
 
@@ -300,7 +333,7 @@ def write_model_card(
 
     A record with a ``training_curve`` gets ``training_curve.png`` (loss and dev STS per logged step) when it is
     missing from a local folder, and a local folder's card comes with ``mteb_model_meta.json``
-    (:func:`~csekit.publishing.mteb_meta.write_model_meta`; its revision is set by ``csekit push``).
+    ([`write_model_meta`][csekit.publishing.mteb_meta.write_model_meta]; its revision is set by ``csekit push``).
     """
     if figure not in ("missing", "always", "never"):
         raise DataError(f"figure must be missing, always or never, not {figure!r}")

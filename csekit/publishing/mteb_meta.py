@@ -105,7 +105,8 @@ def model_meta_record(model_dir, repo_id: Optional[str] = None, revision: Option
 def write_model_meta(model_dir, repo_id: Optional[str] = None, revision: Optional[str] = None,
                      license: str = "apache-2.0", training_code: Optional[str] = None,
                      name: Optional[str] = None) -> Path:
-    """Write :func:`model_meta_record` to ``<model_dir>/mteb_model_meta.json`` (atomically); returns its path."""
+    """Write [`model_meta_record`][csekit.publishing.mteb_meta.model_meta_record] to
+    ``<model_dir>/mteb_model_meta.json`` (atomically); returns its path."""
     path = Path(model_dir) / MODEL_META_FILE
     write_json(path, model_meta_record(model_dir, repo_id, revision, license, training_code=training_code, name=name))
     return path

@@ -7,7 +7,7 @@ Two layouts:
   with no head (SimCSE with ``avg`` / ``cls_before_pooler`` / ``cls`` + ``mlp_only_train``, and any other class
   whose inference head is the identity);
 * ``remote-code``: the csekit model itself (weights, ``auto_map`` code, tokenizer) driven by the
-  :class:`~csekit.publishing.csekit_st.CSEKitEncoder` module shipped in the folder; works for every csekit model and
+  `CSEKitEncoder` module shipped in the folder; works for every csekit model and
   loads with ``SentenceTransformer(folder, trust_remote_code=True)``.
 
 ``auto`` picks ``plain`` when possible. Either way the export encodes probe sentences with both models and

@@ -1,0 +1,88 @@
+"""Checks of the built documentation site (``python3 docs/check_site.py SITE``; .ci/run runs it after
+``mkdocs build --strict``): what a reader would see as broken, read from the HTML itself.
+
+* no raw LaTeX outside rendered math (``\\(``, ``\\[``, ``$$`` delimiters, ``\\frac``-like commands in text);
+* no Sphinx role text (``:class:`X```): cross-references are links;
+* every public name has an anchor: each name in the ``__all__`` of ``csekit`` and of the API reference's modules, and
+  each registered method's config, model and trainer, under the module that defines it;
+* no Python file of the build (``hooks.py``) published as a page asset.
+
+Exit status 1 with one line per problem, 0 when the site is clean.
+"""
+
+import html
+import re
+import sys
+from importlib import import_module
+from pathlib import Path
+
+HIDDEN = re.compile(r"<(math|code|pre|script|style)\b.*?</\1>", re.S | re.I)
+TAGS = re.compile(r"<[^>]+>")
+RAW_LATEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(?:frac|mathrm|sum|tau|lambda|log|sqrt|top|cdot|exp)\b")
+SPHINX_ROLE = re.compile(r":(?:class|func|data|mod|meth|attr|obj|exc|py:\w+):`")
+ANCHOR = re.compile(r'\bid="([^"]+)"')
+
+
+def visible_text(page: str) -> str:
+    """The page's text as a reader sees it outside rendered math and code."""
+    return html.unescape(TAGS.sub(" ", HIDDEN.sub(" ", page)))
+
+
+def page_problems(name: str, page: str) -> list:
+    """Raw LaTeX and Sphinx role text on one page."""
+    problems = []
+    text = visible_text(page)
+    for pattern, what in ((RAW_LATEX, "raw LaTeX"), (SPHINX_ROLE, "Sphinx role text")):
+        match = pattern.search(text)
+        if match:
+            context = " ".join(text[max(0, match.start() - 40):match.end() + 40].split())
+            problems.append(f"{name}: {what}: ...{context}...")
+    if SPHINX_ROLE.search(TAGS.sub(" ", page)) and not SPHINX_ROLE.search(text):  # roles inside code spans too
+        problems.append(f"{name}: Sphinx role text in a code span")
+    return problems
+
+
+def public_names() -> list:
+    """Every name the reference must anchor, as ``module.name`` of the module that defines it."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hooks import API_MODULES
+
+    from csekit.methods import METHODS
+
+    names = []
+    for module_name in ("csekit", *API_MODULES):
+        module = import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            defined = getattr(value, "__module__", None)
+            if callable(value) and defined and defined.startswith("csekit"):
+                names.append(f"{defined}.{getattr(value, '__qualname__', name)}")
+    for method in METHODS.values():
+        names.extend(reference.replace(":", ".") for reference in (method.config, method.model, method.trainer))
+    return sorted(set(names))
+
+
+def site_problems(site: Path) -> list:
+    problems, anchors = [], set()
+    for path in sorted(site.rglob("*.html")):
+        page = path.read_text(encoding="utf-8")
+        anchors.update(ANCHOR.findall(page))
+        problems.extend(page_problems(str(path.relative_to(site)), page))
+    problems.extend(f"{path.relative_to(site)}: a build file published" for path in site.rglob("*.py"))
+    problems.extend(f"no anchor for the public name {name}" for name in public_names() if name not in anchors)
+    return problems
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python3 docs/check_site.py SITE_DIR", file=sys.stderr)
+        return 2
+    problems = site_problems(Path(argv[0]))
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
