@@ -15,9 +15,9 @@ def fields(cls: griffe.Class) -> dict:
     except ValueError:
         lineage = [cls]
     found = {}
-    for owner in lineage:
-        if owner.is_class and is_strict(owner):
-            for member in owner.members.values():
+    for ancestor in lineage:
+        if ancestor.is_class and is_strict(ancestor):
+            for member in ancestor.members.values():
                 if member.is_attribute and not member.is_alias and member.annotation is not None:
                     found[member.name] = member
     return found

@@ -55,7 +55,7 @@ def progress(iterable=None, desc: Optional[str] = None, total: Optional[int] = N
         return tqdm(iterable, desc=desc, total=total, disable=disable, file=stream, **kwargs)
     total = total if total is not None else len(iterable)
     return tqdm(iterable, desc=desc, total=total, file=_LineStream(stream), mininterval=0, maxinterval=math.inf,
-                miniters=max(1, math.ceil(total / LINE_STEPS)), ncols=100, **kwargs)
+                miniters=max(1, math.ceil(total / LINE_STEPS)), **kwargs)
 
 
 def deduplicate(texts: Sequence[str]) -> Tuple[list, list]:

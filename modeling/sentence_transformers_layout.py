@@ -47,7 +47,7 @@ POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
 TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
 # the oldest sentence-transformers that reads this layout (setup.cfg's lower bound), named as the writing version
 # when sentence-transformers is not installed (a newer one there would make older readers warn)
-LAYOUT_SENTENCE_TRANSFORMERS = "5.0.0"
+LAYOUT_SENTENCE_TRANSFORMERS = "5.2.0"
 
 
 def layout_versions() -> dict:

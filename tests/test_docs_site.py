@@ -1,0 +1,45 @@
+"""docs/check_site.py, the checks .ci/run runs on the built documentation site: each kind of breakage a reader would
+see is found on a page that has it, and a clean page passes."""
+
+import sys
+
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "docs"))
+import check_site  # noqa: E402
+
+# rendered math may carry its source as an annotation, which no reader sees
+CLEAN = ('<p>The loss <math display="block"><semantics><mi>ℓ</mi><mo>=</mo><mfrac><mi>a</mi><mi>b</mi></mfrac>'
+         '<annotation encoding="application/x-tex">\\ell = \\frac{a}{b}</annotation></semantics></math> with '
+         '<a href="#csekit.modeling.losses.info_nce_loss"><code>info_nce_loss</code></a>; a price of $5 and '
+         '<code>\\(x\\)</code> in code are fine.</p>')
+
+
+def test_a_clean_page_has_no_problem():
+    assert check_site.page_problems("clean.html", CLEAN) == []
+
+
+def test_raw_latex_outside_rendered_math_is_found():
+    for raw in ('<div class="arithmatex">\\[\\ell_i = -\\log x\\]</div>', "<p>$$ a $$</p>",
+                "<p>temperature \\tau = 0.05</p>", '<span class="arithmatex">\\(\\tau\\)</span>'):
+        [problem] = check_site.page_problems("page.html", CLEAN + raw)
+        assert problem.startswith("page.html: raw LaTeX: ")
+
+
+def test_sphinx_role_text_is_found_in_text_and_in_code():
+    [problem] = check_site.page_problems("api.html", "<p>see :class:`SimCSEModel`</p>")
+    assert problem.startswith("api.html: Sphinx role text: ")
+    assert check_site.page_problems("api.html", "<p>see <code>:func:`encode`</code></p>") == [
+        "api.html: Sphinx role text in a code span"]
+
+
+def test_a_public_name_without_an_anchor_and_a_published_build_file_are_found(tmp_path):
+    names = check_site.public_names()
+    assert {"csekit.modeling.modeling_simcse.SimCSEModel", "csekit.trainers.simcse.SimCSETrainer",
+            "csekit.evaluation.sts.STSEvaluator", "csekit.publishing.model_card.write_model_card"} <= set(names)
+    anchors = "".join(f'<h3 id="{name}">x</h3>' for name in names if not name.endswith("SimCSETrainer"))
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "index.html").write_text(CLEAN + anchors)
+    assert check_site.site_problems(tmp_path) == ["no anchor for the public name csekit.trainers.simcse.SimCSETrainer"]
+    (tmp_path / "hooks.py").write_text("")
+    assert "hooks.py: a build file published" in check_site.site_problems(tmp_path)
