@@ -47,7 +47,7 @@ POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
 TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
 # the oldest sentence-transformers that reads this layout (setup.cfg's lower bound), named as the writing version
 # when sentence-transformers is not installed (a newer one there would make older readers warn)
-LAYOUT_SENTENCE_TRANSFORMERS = "5.2.0"
+LAYOUT_SENTENCE_TRANSFORMERS = "5.4.0"
 
 
 def layout_versions() -> dict:
@@ -65,7 +65,7 @@ def layout_versions() -> dict:
 ST_MODULES = {"Transformer": "sentence_transformers.base.modules.Transformer",
               "Pooling": "sentence_transformers.sentence_transformer.modules.Pooling",
               "Dense": "sentence_transformers.base.modules.Dense",
-              "Normalize": "sentence_transformers.base.modules.Normalize"}
+              "Normalize": "sentence_transformers.sentence_transformer.modules.Normalize"}  # there from 5.4 on
 ACTIVATIONS = {nn.Tanh: "torch.nn.modules.activation.Tanh", nn.ReLU: "torch.nn.modules.activation.ReLU",
                nn.Identity: "torch.nn.modules.linear.Identity"}
 

@@ -21,8 +21,8 @@ from csekit.evaluation.encoders import load_embedder
 
 pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
-from sentence_transformers.base.modules import Dense, Normalize, Transformer  # noqa: E402
-from sentence_transformers.sentence_transformer.modules import Pooling  # noqa: E402
+from sentence_transformers.base.modules import Dense, Transformer  # noqa: E402
+from sentence_transformers.sentence_transformer.modules import Normalize, Pooling  # noqa: E402
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run across a snowy field near the old barn.", "Hi.",
              "The quick brown fox jumps over the lazy dog while the farmer watches from a distance, unimpressed."]
