@@ -24,7 +24,11 @@ import tempfile
 from importlib import import_module
 from pathlib import Path
 
-from mkdocs.plugins import event_priority
+try:
+    from mkdocs.plugins import event_priority
+except ImportError:  # docs/check_site.py reads API_MODULES here where mkdocs is not installed (the test run)
+    def event_priority(priority):
+        return lambda function: function
 
 log = logging.getLogger("mkdocs.plugins.csekit")
 API_MODULES = ("csekit.methods", "csekit.trainers.runner", "csekit.trainers.augmentations",
