@@ -60,6 +60,10 @@ def test_the_base_model_is_scored_once_per_revision_and_protocol(tiny_backbone, 
     copy = tmp_path / "backbone-copy"
     shutil.copytree(tiny_backbone, copy)
     assert model_revision(copy) == model_revision(tiny_backbone)
+    for beside in ("results/csekit__x/abc/STS12.json", "checkpoint-2/optimizer.safetensors", "runs/events"):
+        (copy / beside).parent.mkdir(parents=True, exist_ok=True)  # what evaluate --mteb and training leave
+        (copy / beside).write_text("{}")
+    assert model_revision(copy) == model_revision(tiny_backbone)
     (copy / "config.json").write_text((copy / "config.json").read_text().replace("}", ', "note": 1}', 1))
     assert model_revision(copy) != model_revision(tiny_backbone)
     test = STSEvaluator(data_dir, STS_TASKS, split="test")

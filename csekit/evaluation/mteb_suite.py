@@ -48,15 +48,16 @@ def model_meta(model_name: str, path: str):
     from mteb.models.model_meta import ModelMeta, ScoringFunction
 
     from ..loading import hub_id_of, snapshot_of
+    from ..publishing.model_card import read_json
     from ..publishing.mteb_meta import MODEL_META_FILE
     from .score_cache import model_revision
 
     folder = Path(path)
     local = Path(model_name).exists()
     pushed = {}
-    if local and (folder / MODEL_META_FILE).is_file():
-        recorded = json.loads((folder / MODEL_META_FILE).read_text())
-        pushed = recorded if isinstance(recorded, dict) and recorded.get("revision") else {}
+    if local and (folder / MODEL_META_FILE).is_file():  # a damaged file is one line (read_json)
+        recorded = read_json(folder / MODEL_META_FILE)
+        pushed = recorded if recorded.get("revision") else {}
     name = hub_id_of(model_name) or pushed.get("name") or f"csekit/{Path(model_name.rstrip('/')).name}"
     snapshot = snapshot_of(folder)
     revision = snapshot[1] if snapshot else model_revision(folder).partition(":")[2][:40]

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +30,9 @@ from .protocol import library_versions
 logger = logging.getLogger(__name__)
 # files beside a model that do not change its vectors
 NOT_THE_MODEL = ("README.md", "eval_results.json", "training_args.json", "comparison.md", "mteb_model_meta.json")
+# sub-folders beside a model that do not change its vectors: mteb's results files (`csekit evaluate --mteb`), a run's
+# checkpoints and TensorBoard logs
+NOT_MODEL_FOLDERS = ("results", "checkpoint-*", "runs")
 
 
 def default_cache_dir() -> Path:
@@ -40,16 +44,20 @@ def default_cache_dir() -> Path:
 
 def model_revision(folder) -> str:
     """``hub:<repo>@<commit>`` for a Hugging Face cache snapshot, else ``sha256:<digest>`` over the folder's files
-    (names and bytes) less those in ``NOT_THE_MODEL``, figures and hidden entries."""
+    (names and bytes) less those in ``NOT_THE_MODEL``, figures, hidden entries and the sub-folders of
+    ``NOT_MODEL_FOLDERS`` (so scoring a folder with ``--mteb``, which writes ``results/`` into it, keeps its
+    revision)."""
     folder = Path(folder).resolve()
     snapshot = snapshot_of(folder)
     if snapshot:
         return f"hub:{snapshot[0]}@{snapshot[1]}"
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder).as_posix()
+        parts = path.relative_to(folder).parts
+        relative = "/".join(parts)
         if (not path.is_file() or path.name in NOT_THE_MODEL or path.suffix == ".png"
-                or any(part.startswith(".") for part in relative.split("/"))):
+                or any(part.startswith(".") for part in parts)
+                or (len(parts) > 1 and any(fnmatch(parts[0], pattern) for pattern in NOT_MODEL_FOLDERS))):
             continue
         digest.update(f"{relative}|{path.stat().st_size}|".encode())
         with open(path, "rb") as stream:
