@@ -107,6 +107,8 @@ def measure(size: str, batch: int, mini_batch: int, length: int, device_name: st
 
 def run_child(args, batch: int, mini_batch: int) -> dict:
     """`measure` in a fresh process (``None`` when it ran out of memory or failed)."""
+    if args.in_process:  # the CI check: one process, so its memory figures are not comparable
+        return measure(args.size, batch, mini_batch, args.max_length, args.device, min(args.mini_batches))
     command = [sys.executable, __file__, "--child", "--size", args.size, "--batch", str(batch), "--mini-batch",
                str(mini_batch), "--max-length", str(args.max_length), "--device", args.device,
                "--warmup-batch", str(min(args.mini_batches)), "--threads", str(args.threads)]
@@ -169,6 +171,8 @@ def main(argv=None) -> None:
                         help="Run the cached configurations only (for a batch whose uncached step does not fit).")
     parser.add_argument("--output", default=None)
     parser.add_argument("--name", default="gradient_cache", help="Base name of the result files.")
+    parser.add_argument("--in-process", action="store_true",
+                        help="Run every configuration in this process (a quick check; memory not comparable).")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mini-batch", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--warmup-batch", type=int, default=32, help=argparse.SUPPRESS)

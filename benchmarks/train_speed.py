@@ -1,8 +1,8 @@
 """Training speed: csekit's SimCSE on packed batches, on padded batches, and sentence-transformers, each through its
 own Trainer, in alternating rounds.
 
-Workloads (``--workloads``), batch 64, max length 32, all-MiniLM-L6-v2, mean pooling, temperature 0.05 == MNRL
-scale 20:
+Workloads (``--workloads``), batch 64, max length 32 (wiki) and 128 (NLI, SimCSE's supervised setting),
+all-MiniLM-L6-v2, mean pooling, temperature 0.05 == MNRL scale 20:
 
 * ``wiki``: unsupervised pairs of wiki sentences (each sentence with itself; dropout makes the views differ);
 * ``nli``: supervised NLI triplets (sent0, sent1, hard_neg: SimCSE's supervised loss with hard negatives against
@@ -28,10 +28,16 @@ backward), the mean over 3 of those random batches for each layout, over this CP
 float32 matmul with the same threads, both in CPU seconds of this process (a busy machine dilutes wall time, not CPU
 time). "CPU x floor" = CPU seconds per step / the floor of the side's layout (sentence-transformers: padded).
 
+``--variant`` times both libraries with one more feature on: ``cached`` (csekit ``--mini_batch_size 16``, 16 examples
+a chunk; sentence-transformers ``CachedMultipleNegativesRankingLoss(mini_batch_size=16)``, 16 sentences of a column a
+chunk) or ``matryoshka`` (csekit ``--matryoshka_dims 256 128 64``; sentence-transformers ``MatryoshkaLoss`` over MNRL
+with dims 384, 256, 128, 64, weights 1). Results go to ``train_speed_<variant>.{json,md}``.
+
 ``--bert-base-steps N`` (default 3; 0 skips) also runs a bert-base-shaped model (12 x 768, random weights, the
 MiniLM tokenizer) for N steps per side, one round, on the wiki workload: CPU seconds per step and their ratios.
 
     OMP_NUM_THREADS=2 python benchmarks/train_speed.py [--steps 6] [--warmup 1] [--rounds 5] [--output DIR]
+        [--variant plain|cached|matryoshka]
 """
 
 import argparse
@@ -62,27 +68,46 @@ from csekit.recipes.simcse import RECIPE as SIMCSE
 from csekit.trainers.data import load_training_dataset
 
 BATCH, MAX_LENGTH, TEMPERATURE = 64, 32, 0.05
+WORKLOAD_MAX_LENGTH = {"wiki": 32, "nli": 128}  # SimCSE's unsupervised and supervised settings
 TRAIN_FILE = "wiki/wiki1m_for_simcse.txt"  # `csekit download wiki1m`
 NLI_FILE = "nli/snli_devtest_for_simcse.csv"  # sent0,sent1,hard_neg triplets (SimCSE's supervised format)
 ST_COLUMNS = {"sent0": "anchor", "sent1": "positive", "hard_neg": "negative"}
 SIDES = ("csekit packed", "csekit padded", "sentence-transformers")
 BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+CHUNK = 16  # --variant cached: examples (csekit) / sentences of a column (sentence-transformers) per chunk
+MATRYOSHKA_DIMS = (256, 128, 64)  # --variant matryoshka: below MiniLM's 384
+VARIANT_FLAGS = {"plain": [], "cached": ["--mini_batch_size", str(CHUNK)],
+                 "matryoshka": ["--matryoshka_dims", *map(str, MATRYOSHKA_DIMS)]}
 
 
-def recipe_flags(output_dir, steps, device, bf16=False, extra=()) -> list:
+def st_loss(model, variant: str):
+    """sentence-transformers' loss for ``variant``: MNRL, its cached form, or MNRL inside ``MatryoshkaLoss``."""
+    from sentence_transformers.sentence_transformer import losses
+
+    if variant == "cached":
+        return losses.CachedMultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE, mini_batch_size=CHUNK)
+    loss = losses.MultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE)
+    if variant == "matryoshka":
+        dims = [model.get_sentence_embedding_dimension(), *MATRYOSHKA_DIMS]
+        return losses.MatryoshkaLoss(model, loss, matryoshka_dims=dims)
+    return loss
+
+
+def recipe_flags(output_dir, steps, device, bf16=False, extra=(), max_length=MAX_LENGTH) -> list:
     """The recipe's command line for a timed run: paper defaults, no STS-B dev evaluation, no checkpoints."""
     flags = ["--output_dir", output_dir, "--max_steps", str(steps), "--per_device_train_batch_size", str(BATCH),
-             "--max_seq_length", str(MAX_LENGTH), "--eval_strategy", "no", "--save_strategy", "no",
+             "--max_seq_length", str(max_length), "--eval_strategy", "no", "--save_strategy", "no",
              "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--report_to", "none", "--seed", "0"]
     flags += ["--use_cpu", "true"] if device.type == "cpu" else []
     return flags + (["--bf16", "true"] if bf16 else []) + list(extra)
 
 
-def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False, extra_flags=(), recipe=SIMCSE):
+def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False, extra_flags=(), recipe=SIMCSE,
+                       max_length=MAX_LENGTH):
     """One ``recipe``-built model trained ``steps`` steps by its trainer; ``{"wall", "cpu"}`` seconds per step."""
     with tempfile.TemporaryDirectory() as out:
         model_args, data_args, training_args, extra = recipe.parse(
-            recipe_flags(out, steps, device, bf16, extra_flags) + ["--train_file", str(train_file)]
+            recipe_flags(out, steps, device, bf16, extra_flags, max_length) + ["--train_file", str(train_file)]
         )
         torch.manual_seed(0)
         model = recipe.build_model(str(model_path), model_args)
@@ -97,14 +122,13 @@ def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False
     return {"wall": timer.seconds_per_step, "cpu": timer.cpu_seconds_per_step}
 
 
-def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, torch_compile=False, columns=None):
+def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, torch_compile=False, columns=None,
+                   variant="plain"):
     """``SentenceTransformerTrainer`` with MNRL (scale 1/tau) for ``steps`` steps; ``{"wall", "cpu"}`` s per step.
     ``columns`` (``{"anchor": [...], "positive": [...], "negative": [...]}``) replaces the unsupervised pairs of
     ``sentences``."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-
     model = make_model()
     timer = TrainerStepTimer(warmup, device)
     with tempfile.TemporaryDirectory() as out:
@@ -117,7 +141,7 @@ def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, tor
         SentenceTransformerTrainer(
             model=model, args=args,
             train_dataset=Dataset.from_dict(columns or {"anchor": sentences, "positive": sentences}),
-            loss=MultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE), callbacks=[timer],
+            loss=st_loss(model, variant), callbacks=[timer],
         ).train()
     return {"wall": timer.seconds_per_step, "cpu": timer.cpu_seconds_per_step}
 
@@ -128,11 +152,11 @@ def sample_batches(examples, count) -> list:
     return [rng.sample(examples, BATCH) for _ in range(count)]
 
 
-def step_work(model_path, examples, count) -> dict:
+def step_work(model_path, examples, count, max_length=MAX_LENGTH) -> dict:
     """Expected work of one step over ``count`` random batches: real tokens, positions per layout, and the FLOPs of
     one packed and one padded step (mean over the first 3 batches)."""
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model_args, data_args = SIMCSE.parse(["--pooler_type", "avg"])[:2]
+    model_args, data_args = SIMCSE.parse(["--pooler_type", "avg", "--max_seq_length", str(max_length)])[:2]
     work = {"real_tokens": 0.0, "positions": {"packed": 0.0, "padded": 0.0}, "flops": {}}
     batches = sample_batches(examples, count)
     for layout in ("packed", "padded"):
@@ -155,11 +179,11 @@ def step_work(model_path, examples, count) -> dict:
     return work
 
 
-def minilm_st_model(model_path, device):
+def minilm_st_model(model_path, device, max_length=MAX_LENGTH):
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(model_path), device=device.type)
-    model.max_seq_length = MAX_LENGTH
+    model.max_seq_length = max_length
     return model
 
 
@@ -181,17 +205,20 @@ def st_random_model(folder, device):
     return SentenceTransformer(modules=[transformer, Pooling(BERT_BASE["hidden_size"], "mean")], device=device.type)
 
 
-def side_runs(model_path, make_st_model, train_file, st_columns, steps, warmup, device) -> dict:
+def side_runs(model_path, make_st_model, train_file, st_columns, steps, warmup, device, variant="plain",
+              max_length=MAX_LENGTH) -> dict:
     """The three sides on one workload, as ``interleaved`` candidates."""
     sentences = None if st_columns else read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)
-    avg = ["--pooler_type", "avg"]
+    avg = ["--pooler_type", "avg", *VARIANT_FLAGS[variant]]
     return {
         "csekit packed": lambda: csekit_trainer_run(model_path, train_file, steps, warmup, device,
-                                                    extra_flags=avg + ["--padding_free", "true"]),
+                                                    extra_flags=avg + ["--padding_free", "true"],
+                                                    max_length=max_length),
         "csekit padded": lambda: csekit_trainer_run(model_path, train_file, steps, warmup, device,
-                                                    extra_flags=avg + ["--padding_free", "false"]),
+                                                    extra_flags=avg + ["--padding_free", "false"],
+                                                    max_length=max_length),
         "sentence-transformers": lambda: st_trainer_run(make_st_model, sentences, steps, warmup, device,
-                                                        columns=st_columns),
+                                                        columns=st_columns, variant=variant),
     }
 
 
@@ -239,7 +266,9 @@ def main(argv=None):
     parser.add_argument("--nli-file", default=NLI_FILE, help="NLI triplets CSV (a path, or in the data folder).")
     parser.add_argument("--sample-batches", type=int, default=200, help="Random batches measuring a step's tokens.")
     parser.add_argument("--bert-base-steps", type=int, default=3, help="Steps per side of the bert-base-shaped run.")
-    parser.add_argument("--output", default=None, help="Folder for train_speed.json and train_speed.md.")
+    parser.add_argument("--variant", choices=sorted(VARIANT_FLAGS), default="plain",
+                        help="plain, or with gradient caching or Matryoshka terms on both sides.")
+    parser.add_argument("--output", default=None, help="Folder for train_speed[_<variant>].json and .md.")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     device = torch.device("cpu")
@@ -247,24 +276,28 @@ def main(argv=None):
     rate = matmul_tflops(device, torch.float32, clock=time.process_time) * 1e12  # per CPU-second of this process
     command = f"python benchmarks/train_speed.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
     lines = [f"Command: `{command}`", f"Machine: {machine_description()}", ""]
-    record = {"command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
+    record = {"command": command, "machine": machine_description(), "variant": args.variant,
+              "rounds": args.rounds, "steps": args.steps,
               "warmup": args.warmup, "matmul_gflops": rate / 1e9, "workloads": {}}
     for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
         if workload == "wiki":
             train_file = resolve_data_file(args.train_file)
             examples = [{"sent0": s} for s in read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)]
-            columns, title = None, "wiki1m, unsupervised pairs, max length 32"
+            columns, max_length = None, WORKLOAD_MAX_LENGTH["wiki"]
+            title = f"wiki1m, unsupervised pairs, max length {max_length}"
         elif workload == "nli":
             train_file = resolve_data_file(args.nli_file)
             examples = load_training_dataset(str(train_file), None, BATCH).to_list()
             columns = {ST_COLUMNS[key]: [e[key] for e in examples] for key in ST_COLUMNS}
-            title = "NLI triplets (sent0, sent1, hard_neg), max length 32"
+            max_length = WORKLOAD_MAX_LENGTH["nli"]
+            title = f"NLI triplets (sent0, sent1, hard_neg), max length {max_length}"
         else:
             parser.error(f"--workloads: unknown workload {workload!r} (wiki, nli)")
-        work = step_work(model_path, examples, args.sample_batches)
+        work = step_work(model_path, examples, args.sample_batches, max_length)
         floors = {"rate": rate, **{layout: flops / rate for layout, flops in work["flops"].items()}}
-        timings = interleaved(side_runs(model_path, lambda: minilm_st_model(model_path, device), train_file, columns,
-                                        args.steps, args.warmup, device), args.rounds, warmup=False)
+        timings = interleaved(side_runs(model_path, lambda: minilm_st_model(model_path, device, max_length), train_file,
+                                        columns, args.steps, args.warmup, device, args.variant, max_length),
+                              args.rounds, warmup=False)
         lines += workload_lines(title, timings, work, floors, args.rounds)
         record["workloads"][workload] = {
             "train_file": train_file.name, "work": work, "floor_cpu_seconds_per_step": floors,
@@ -290,7 +323,8 @@ def main(argv=None):
                                       "seconds_per_step": {side: r[0]["wall"] for side, r in timings.items()}}
     print("\n".join(lines))
     if args.output:
-        write_outputs(args.output, "train_speed", record, "\n".join(lines) + "\n")
+        name = "train_speed" if args.variant == "plain" else f"train_speed_{args.variant}"
+        write_outputs(args.output, name, record, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -287,6 +287,9 @@ def check_training_arguments(args) -> None:
         steps = getattr(args, flag, None)
         if str(getattr(args, strategy, "steps")).split(".")[-1].lower() == "steps" and steps is not None and steps <= 0:
             raise DataError(f"--{flag} {steps:g}: must be > 0 (a step count, or a fraction of the run below 1)")
+    if getattr(args, "mini_batch_size", None) and getattr(args, "mini_batch_tokens", None):
+        raise DataError(f"--mini_batch_size {args.mini_batch_size} and --mini_batch_tokens {args.mini_batch_tokens}: "
+                        "gradient caching cuts chunks by a count of examples or by a token budget; give one")
     check_report_to(getattr(args, "report_to", None))
 
 

@@ -308,11 +308,21 @@ class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
                                           None if token_type_ids is None else token_type_ids[:, 0])
         return CMLMCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, mlm_loss=mlm_loss)
 
-    def split_chunks(self, inputs: dict, size: int) -> list:
+    def example_tokens(self, inputs: dict) -> torch.Tensor:
+        """The encoder's tokens of each example and those of its masked copy of view 0, which the auxiliary network
+        encodes."""
+        names = ("mlm_input_ids", "mlm_labels")
+        tokens = super().example_tokens({k: v for k, v in inputs.items() if k not in names})
+        if inputs.get("mlm_input_ids") is None:
+            return tokens
+        lengths = inputs.get("sequence_lengths")
+        return tokens + (lengths[:, 0] if lengths is not None else inputs["mlm_input_ids"].shape[-1])
+
+    def split_chunks(self, inputs: dict, bounds: list) -> list:
         """The encoder's inputs cut as the base class does; the masked copy of view 0 by the same examples (its rows,
         or its packed row by view 0's token spans)."""
         names = ("mlm_input_ids", "mlm_labels")
-        chunks = super().split_chunks({k: v for k, v in inputs.items() if k not in names}, size)
+        chunks = super().split_chunks({k: v for k, v in inputs.items() if k not in names}, bounds)
         if inputs.get("mlm_input_ids") is None:
             return chunks
         lengths = inputs.get("sequence_lengths")

@@ -294,14 +294,29 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         return SentenceEmbeddingOutput(embeddings=embeddings.reshape(*pooled.shape[:-1], -1), pooled=pooled)
 
     # --------------------------------------------------------------------------------------------- gradient caching
-    def split_chunks(self, inputs: dict, size: int) -> list:
+    def example_tokens(self, inputs: dict) -> torch.Tensor:
+        """``(batch,)``: the token positions the encoder computes for each example of a training batch of
+        [`forward`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.forward]'s arguments, all its views
+        together: a packed row's real tokens, or a padded batch's width per view (padding is computed too). Gradient
+        caching's token budget (``--mini_batch_tokens``) counts these."""
+        lengths = inputs.get("sequence_lengths")
+        if lengths is not None:
+            return lengths.sum(dim=1)
+        input_ids = inputs["input_ids"]
+        views = 1 if input_ids.dim() == 2 else input_ids.shape[1]
+        return torch.full((input_ids.shape[0],), views * input_ids.shape[-1], dtype=torch.long)
+
+    def split_chunks(self, inputs: dict, bounds: list) -> list:
         """A training batch of [`forward`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.forward]'s
-        arguments cut into consecutive chunks of ``size`` examples, each in
-        the batch's own layout: padded tensors by rows, a packed row by the token spans of its examples (the row is
-        example-major, ``packing.py``). A tensor this model cannot cut is refused, never sliced by guess."""
+        arguments cut into chunks of whole examples, the ``(start, end)`` ranges ``bounds`` (consecutive, covering the
+        batch), each in the batch's own layout: padded tensors by rows, a packed row by the token spans of its
+        examples (the row is example-major, ``packing.py``). A tensor this model cannot cut is refused, never sliced
+        by guess."""
         lengths = inputs.get("sequence_lengths")
         batch = int((inputs["input_ids"] if lengths is None else lengths).shape[0])
-        bounds = [(start, min(start + size, batch)) for start in range(0, batch, size)]
+        if [end for _, end in bounds[:-1]] != [start for start, _ in bounds[1:]] or (
+                bounds[0][0], bounds[-1][1]) != (0, batch) or any(end <= start for start, end in bounds):
+            raise ValueError(f"chunks {bounds} do not cut a batch of {batch} into consecutive non-empty ranges")
         if lengths is None:
             for name, value in inputs.items():
                 if value is not None and value.shape[0] != batch:

@@ -353,3 +353,17 @@ class BoundedProcess:
 def run_bounded(command: list, timeout: float, check: bool = True, **popen_kwargs) -> subprocess.CompletedProcess:
     """`BoundedProcess` started and waited for."""
     return BoundedProcess(command, timeout, **popen_kwargs).wait(check)
+
+
+# ------------------------------------------------------------------ gradient caching (test_gradient_cache/test_device)
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory, tokenizer) -> dict:
+    """Tiny backbones without and with dropout, by dropout rate."""
+    root = tmp_path_factory.mktemp("cache_backbones")
+    return {dropout: save_tiny_backbone(root / str(dropout), tokenizer, dropout=dropout) for dropout in (0.0, 0.1)}
+
+
+@pytest.fixture(scope="module")
+def sentences(corpus) -> list:
+    """24 corpus sentences: a batch of 8 examples, as triplets too."""
+    return corpus.read_text().splitlines()[:24]

@@ -68,6 +68,9 @@ ROWS = [
         "argument --per_device_train_batch_size: must be an integer >= 1, got '0' (see csekit train simcse --help)"),
     Row("csekit train simcse --mini_batch_size 0", "mini-batch ≤ 0", "csekit train simcse: error: "
         "argument --mini_batch_size: must be an integer >= 1, got '0' (see csekit train simcse --help)"),
+    Row("csekit train simcse --mini_batch_size 4 --mini_batch_tokens 512", "a count and a token budget",
+        E + "--mini_batch_size 4 and --mini_batch_tokens 512: gradient caching cuts chunks by a count of examples or "
+        "by a token budget; give one"),
     Row("csekit train simcse --duplicate_negatives drop", "unknown choice", "csekit train simcse: error: argument "
         "--duplicate_negatives/--duplicate-negatives: invalid choice: 'drop' (choose from 'keep', 'mask') (see "
         "csekit train simcse --help)"),
@@ -91,6 +94,9 @@ ROWS = [
         "(see csekit train clsr --help)"),
     Row("csekit train clsr --mini_batch_size 4", "gradient caching (does not apply)",
         E + "--mini_batch_size does not apply to clsr: its frozen encoder runs once per sentence outside the steps "
+        "and the head trains on cached vectors, so every batch fits whole"),
+    Row("csekit train clsr --mini_batch_tokens 512", "gradient caching (does not apply)",
+        E + "--mini_batch_tokens does not apply to clsr: its frozen encoder runs once per sentence outside the steps "
         "and the head trains on cached vectors, so every batch fits whole"),
     Row("csekit train clsr --encode_batch_size 0", "batch size ≤ 0",
         "csekit train clsr: error: argument --encode_batch_size: must be an integer >= 1, got '0' "

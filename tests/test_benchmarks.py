@@ -155,3 +155,22 @@ def test_matryoshka_benchmark_trains_both_variants_and_scores_every_size(monkeyp
     text = table.read_text()
     assert text.startswith("Command: `python benchmarks/matryoshka.py") and "| **matryoshka mean ± std** |" in text
     capsys.readouterr()
+
+
+def test_gpu_check_runs_its_steps_on_the_cpu_and_writes_one_results_file(minilm_path, data_dir, tmp_path):
+    """``benchmarks/gpu_check.sh --cpu``: the GPU check's steps at tiny sizes, so the script a lent GPU runs first
+    cannot rot (a step that fails or is missing shows in the one results file, and the script exits 1)."""
+    import subprocess
+
+    result = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), "--cpu", "--data-dir",
+                             str(data_dir), "--model-config", str(minilm_path), "--output", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
+    report = (tmp_path / "gpu_check.md").read_text()
+    assert result.returncode == 0, report
+    for name in ("tests", "gpu_throughput", "gradient_cache", "token_budget"):
+        assert f"- {name}: exit 0 in " in report
+    assert "passed" in report and "## token_budget" in report and "| csekit tokens 128 |" in report
+    assert "| SimCSE packed |" in report and "| sentence-transformers MNRL |" in report
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["gpu_check.md", "gpu_throughput.log",
+                                                                "gradient_cache.log", "tests.log",
+                                                                "token_budget.log"]

@@ -314,6 +314,7 @@ def test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32(me
 
 # ------------------------------------------------------------------------------------------------ processes
 BATCH = 4  # per process; one process gets 2 * BATCH
+TOKEN_BUDGET = 48
 LAUNCH_TIMEOUT = 480
 
 
@@ -344,7 +345,8 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
         extra = ("--optim", "sgd", "--temperature", "1.0") if method.processes == "per-process whitening" else ()
 
         def job(name, batch, flags=(), **options):
-            chunks = ("--mini_batch_size", options.pop("mini_batch_size")) if "mini_batch_size" in options else ()
+            chunks = next(((f"--{flag}", str(options.pop(flag))) for flag in ("mini_batch_size", "mini_batch_tokens")
+                           if flag in options), ())
             argv = recipe_argv(method, backbone, data, root / name / "out", *extra, *chunks, *flags, steps=2,
                                batch=batch)
             return {"method": method.name, "recipe": method.recipe, "argv": argv,
@@ -353,6 +355,8 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
         two.append(job(f"{method.name}-2", BATCH))
         if method in cached:  # chunks of 3 and 1: one chunk smaller than the other
             two.append(job(f"{method.name}-2-cached", BATCH, mini_batch_size=BATCH - 1))
+            # a budget of about two examples' tokens: chunks of 1 to 3 examples
+            two.append(job(f"{method.name}-2-tokens", BATCH, mini_batch_tokens=TOKEN_BUDGET))
         one.append(job(f"{method.name}-1", 2 * BATCH))
         if method.processes == "per-process whitening":
             one.append(job(f"{method.name}-1-shards", 2 * BATCH, whitening_shards=2))
@@ -403,14 +407,15 @@ def test_two_processes_train_what_one_process_trains_with_the_whole_batch(method
     assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("chunks", ["cached", "tokens"])
 @pytest.mark.parametrize("method", methods("gradient_caching"))
-def test_two_processes_with_gradient_caching_train_what_one_process_trains_uncached(method, launched):
-    """Each process caches its own chunks; the loss gathers every process's embeddings, and the gradients are
-    averaged as DDP averages them (``trainers/gradient_cache.py``)."""
+def test_two_processes_with_gradient_caching_train_what_one_process_trains_uncached(method, chunks, launched):
+    """Each process caches its own chunks (``--mini_batch_size``, or ``--mini_batch_tokens``); the loss gathers every
+    process's embeddings, and the gradients are averaged as DDP averages them (``trainers/gradient_cache.py``)."""
     name = method.name
-    assert len(records(launched / f"{name}-2-cached" / "out")) == 2
+    assert len(records(launched / f"{name}-2-{chunks}" / "out")) == 2
     reference = f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1"
-    one, two = (load_weights(launched / run / "out" / "checkpoint-2") for run in (reference, f"{name}-2-cached"))
+    one, two = (load_weights(launched / run / "out" / "checkpoint-2") for run in (reference, f"{name}-2-{chunks}"))
     assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
 
 

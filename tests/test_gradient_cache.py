@@ -1,10 +1,11 @@
-"""Exact gradient caching (``--mini_batch_size``, ``trainers/gradient_cache.py``), for every method whose registry
-entry has ``gradient_caching``.
+"""Exact gradient caching (``--mini_batch_size`` / ``--mini_batch_tokens``, ``trainers/gradient_cache.py``), for every
+method whose registry entry has ``gradient_caching``.
 
 Every comparison is against an uncached reference built here, never a second implementation of caching:
 
-* dropout off: a cached step (batch 8 in chunks of 3, 3 and 2) has the loss and every parameter gradient of the
-  Trainer's own uncached step on the whole batch; padded and packed, float64 and float32;
+* dropout off: a cached step (batch 8 in chunks of 3, 3 and 2 examples, or of whole examples within a token budget
+  that cuts the batch into 3 or more chunks) has the loss and every parameter gradient of the Trainer's own uncached
+  step on the whole batch; padded and packed, float64 and float32;
 * dropout on: a cached step equals the full-graph step with the same per-chunk random states: the chunks encoded one
   after the other from the step's random state *with* the graph kept, then one loss and one backward;
 * ``--bf16``: the cached step runs the encoder in bfloat16 and keeps the losses float32.
@@ -18,10 +19,41 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import save_tiny_backbone
 from csekit.methods import METHODS
 
 BATCH, CHUNK = 8, 3  # chunks of 3, 3 and 2 examples: a last chunk smaller than the others
+TOKEN_TENSORS = ("input_ids", "mlm_input_ids")  # what an encoder reads, per example (CMLM-CSE: its masked view 0)
+
+
+def tokens_per_example(batch: dict) -> list:
+    """The token positions each example puts before an encoder, counted here from the collators' layouts: a packed
+    row's real tokens (all views; CMLM-CSE's masked copy packs view 0), or a padded example's every position."""
+    lengths = batch.get("sequence_lengths")
+    if lengths is not None:
+        counts = [int(row.sum()) for row in lengths]
+        if "mlm_input_ids" in batch:
+            counts = [count + int(row[0]) for count, row in zip(counts, lengths)]
+        return counts
+    return [sum(batch[name][row].numel() for name in TOKEN_TENSORS if name in batch) for row in range(BATCH)]
+
+
+def chunking(kind: str, batch: dict) -> tuple:
+    """``(flags, bounds)`` of a cached step: chunks of ``CHUNK`` examples, or a token budget of a third of the
+    batch's tokens, whose chunks (consecutive whole examples while they fit) are worked out here."""
+    if kind == "examples":
+        return ("--mini_batch_size", str(CHUNK)), [(start, min(start + CHUNK, BATCH)) for start in range(0, BATCH,
+                                                                                                          CHUNK)]
+    counts = tokens_per_example(batch)
+    budget = sum(counts) // 3
+    bounds, start = [], 0
+    while start < BATCH:
+        end = start + 1
+        while end < BATCH and sum(counts[start : end + 1]) <= budget:
+            end += 1
+        bounds.append((start, end))
+        start = end
+    assert len(bounds) >= 3
+    return ("--mini_batch_tokens", str(budget)), bounds
 
 
 def cases(every_draw: bool = False) -> list:
@@ -91,17 +123,6 @@ def assert_same_step(reference: tuple, other: tuple, rtol: float, atol: float) -
     assert any(float(g.abs().max()) > 0 for name, g in gradients.items() if name.startswith("encoder."))
 
 
-@pytest.fixture(scope="module")
-def backbones(tmp_path_factory, tokenizer) -> dict:
-    root = tmp_path_factory.mktemp("cache_backbones")
-    return {dropout: save_tiny_backbone(root / str(dropout), tokenizer, dropout=dropout) for dropout in (0.0, 0.1)}
-
-
-@pytest.fixture(scope="module")
-def sentences(corpus) -> list:
-    return corpus.read_text().splitlines()[: 3 * BATCH]
-
-
 def in_model_dtype(trainer):
     """WhitenedCSE's whitening computes in float32 and returns float32: hand its output back in the model's dtype,
     so the float64 test model stays float64 after it (as ``dist_worker.py`` does)."""
@@ -116,23 +137,28 @@ def largest_difference(gradients: dict, reference: dict) -> float:
     return max(float((gradients[name] - value).abs().max()) for name, value in reference.items())
 
 
+@pytest.mark.parametrize("kind", ["examples", "tokens"])
 @pytest.mark.parametrize("layout", ["padded", "packed"])
 @pytest.mark.parametrize("method, columns, options", cases(every_draw=True))
-def test_a_cached_step_has_the_uncached_steps_loss_and_gradients(method, columns, options, layout, backbones,
+def test_a_cached_step_has_the_uncached_steps_loss_and_gradients(method, columns, options, layout, kind, backbones,
                                                                  sentences, tmp_path):
     flags = ("--padding_free", str(layout == "packed").lower(), *options)
     steps = {}
     for dtype in (torch.float64, torch.float32):
-        for name, extra in (("uncached", ()), ("cached", ("--mini_batch_size", str(CHUNK)))):
-            trainer = in_model_dtype(build(method, backbones[0.0], tmp_path / f"{name}{dtype}", *flags, *extra,
-                                           dtype=dtype))
-            assert (trainer.gradient_cache is not None) == bool(extra)
-            batch = trainer.data_collator(examples(method, sentences, columns))
-            assert ("sequence_lengths" in batch) == (layout == "packed")
-            steps[name, dtype] = step(trainer, batch, repeats=2)
-    # float64: exact to rounding (1e-11 of the step's largest gradient; CMLM-CSE's L_MLM in the model's dtype too).
+        trainer = in_model_dtype(build(method, backbones[0.0], tmp_path / f"uncached{dtype}", *flags, dtype=dtype))
+        assert trainer.gradient_cache is None
+        batch = trainer.data_collator(examples(method, sentences, columns))
+        assert ("sequence_lengths" in batch) == (layout == "packed")
+        steps["uncached", dtype] = step(trainer, batch, repeats=2)
+        extra, bounds = chunking(kind, batch)
+        trainer = in_model_dtype(build(method, backbones[0.0], tmp_path / f"cached{dtype}", *flags, *extra,
+                                       dtype=dtype))
+        assert trainer.gradient_cache.bounds(trainer.model, batch) == bounds
+        steps["cached", dtype] = step(trainer, trainer.data_collator(examples(method, sentences, columns)), repeats=2)
+    # float64: exact to rounding (1e-10 of the step's largest gradient, ~1e-14 absolute: chunks of 2 padded triplets,
+    # cut to their own longest views, sum in another order; CMLM-CSE's L_MLM in the model's dtype too).
     # WhitenedCSE's whitening computes in float32 whatever the model's dtype, so its steps round as float32 does.
-    tolerance = 1e-11 if method.processes == "global" else 1e-5
+    tolerance = 1e-10 if method.processes == "global" else 1e-5
     assert_same_step(steps["uncached", torch.float64], steps["cached", torch.float64], rtol=tolerance, atol=tolerance)
     # float32: on a random tiny encoder every sentence is nearly the same vector and the gradients are differences of
     # near-equal terms, so float32 summation order alone moves some by ~1%; the cached step is held to float32's own
@@ -162,13 +188,15 @@ def test_a_cached_step_with_matryoshka_terms_has_the_uncached_steps_loss_and_gra
     assert_same_step(steps["uncached"], steps["cached"], rtol=tolerance, atol=tolerance)
 
 
+@pytest.mark.parametrize("kind", ["examples", "tokens"])
 @pytest.mark.parametrize("layout", ["padded", "packed"])
 @pytest.mark.parametrize("method, columns, options", cases(every_draw=True))
 def test_with_dropout_a_cached_step_equals_the_full_graph_step_with_the_same_random_states(
-        method, columns, options, layout, backbones, sentences, tmp_path):
+        method, columns, options, layout, kind, backbones, sentences, tmp_path):
     flags = ("--padding_free", str(layout == "packed").lower(), *options)
-    cached = in_model_dtype(build(method, backbones[0.1], tmp_path / "cached", *flags, "--mini_batch_size",
-                                  str(CHUNK), dtype=torch.float64))
+    plain = build(method, backbones[0.1], tmp_path / "plain", *flags)
+    extra, bounds = chunking(kind, plain.data_collator(examples(method, sentences, columns)))
+    cached = in_model_dtype(build(method, backbones[0.1], tmp_path / "cached", *flags, *extra, dtype=torch.float64))
     batch = cached.data_collator(examples(method, sentences, columns))
     result = step(cached, batch, seed=11, repeats=2)
 
@@ -180,7 +208,7 @@ def test_with_dropout_a_cached_step_equals_the_full_graph_step_with_the_same_ran
     model.zero_grad(set_to_none=True)
     torch.manual_seed(11)
     inputs = {name: value for name, value in batch.items() if name != "text_ids"}
-    chunks = [inputs_of(inputs, start) for start in range(0, BATCH, CHUNK)]
+    chunks = [inputs_of(inputs, start, end) for start, end in bounds]
     for _ in range(2):
         outputs = [model.chunk_forward(**chunk) for chunk in chunks]
         losses = cached.compute_losses(model, model.merge_chunks(outputs, chunks), batch)
@@ -195,10 +223,9 @@ def test_with_dropout_a_cached_step_equals_the_full_graph_step_with_the_same_ran
                               result[1]["encoder.embeddings.word_embeddings.weight"])
 
 
-def inputs_of(inputs: dict, start: int) -> dict:
-    """Rows ``start .. start + CHUNK`` of a batch, written out here from the layouts the collators make (padded
-    rows; a packed row is example-major; CMLM-CSE's masked copy of view 0 packs view 0's sentences)."""
-    end = min(start + CHUNK, BATCH)
+def inputs_of(inputs: dict, start: int, end: int) -> dict:
+    """Examples ``start .. end`` of a batch, written out here from the layouts the collators make (padded rows; a
+    packed row is example-major; CMLM-CSE's masked copy of view 0 packs view 0's sentences)."""
     lengths = inputs.get("sequence_lengths")
     if lengths is None:
         return {name: value[start:end] for name, value in inputs.items()}
@@ -259,7 +286,7 @@ def test_the_global_batch_is_logged_recorded_and_on_the_card(backbones, corpus, 
     with caplog.at_level(logging.INFO):
         get_method("simcse").recipe_module.RECIPE.main(argv)
     expected = {"per_device_train_batch_size": 8, "processes": 1, "gradient_accumulation_steps": 2,
-                "mini_batch_size": 3, "examples_per_update": 16, "negatives_per_anchor": 7,
+                "mini_batch_size": 3, "mini_batch_tokens": None, "examples_per_update": 16, "negatives_per_anchor": 7,
                 "duplicate_negatives": "mask"}
     assert json.loads((output / "eval_results.json").read_text())["batch"] == expected
     assert ("batch: 8 per device x 1 process(es) x 2 accumulation step(s) = 16 examples per update, encoded in "
@@ -290,18 +317,79 @@ def test_a_device_whose_random_state_is_not_restored_is_refused():
     assert "not mps" in unsupported_device(torch.device("mps"))
 
 
+@pytest.mark.parametrize("flags", [("--mini_batch_size", str(CHUNK)), ("--mini_batch_tokens", "40")],
+                         ids=["examples", "tokens"])
 @pytest.mark.parametrize("method, columns, options", [case for case in cases() if not case.values[1]])
-def test_a_cached_run_resumed_after_a_crash_ends_like_the_uninterrupted_cached_run(method, columns, options,
+def test_a_cached_run_resumed_after_a_crash_ends_like_the_uninterrupted_cached_run(method, columns, options, flags,
                                                                                   backbones, corpus, tmp_path):
     """The dropout masks of a cached step come from the step's random state, which a checkpoint saves."""
     from conftest import load_weights
     from test_conformance import Crash, assert_same_weights, crash_after_first_checkpoint, recipe_argv, train
 
     data = {"sentences": corpus}
-    flags = ("--mini_batch_size", str(CHUNK))
     train(method, recipe_argv(method, backbones[0.1], data, tmp_path / "full", *flags))
     with crash_after_first_checkpoint(), pytest.raises(Crash):
         train(method, recipe_argv(method, backbones[0.1], data, tmp_path / "crashed", *flags))
     train(method, recipe_argv(method, backbones[0.1], data, tmp_path / "crashed", *flags, "--resume_from_checkpoint",
                               "last"))
     assert_same_weights(load_weights(tmp_path / "full"), load_weights(tmp_path / "crashed"))
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+@pytest.mark.parametrize("method", [case.values[0] for case in cases() if not case.values[1]],
+                         ids=lambda method: method.name)
+def test_a_token_budget_cuts_whole_examples_whose_tokens_fit_it(method, layout, backbones, corpus, tmp_path):
+    """``--mini_batch_tokens T``: every chunk the encoder sees holds at most T token positions (counted on the chunk
+    itself: the numel of what it feeds an encoder), unless it is one example longer than T; no example is split or
+    left out, and the order is the batch's. Sentences of very different lengths, so the chunks differ in size."""
+    lines = sorted(corpus.read_text().splitlines(), key=len)
+    texts = [lines[index * (len(lines) - 1) // (BATCH - 1)] for index in range(BATCH)]  # shortest .. longest
+    texts = texts[::2] + texts[1::2]
+    rows = [{"sent0": text, "example_index": index} for index, text in enumerate(texts)]
+    flags = ("--padding_free", str(layout == "packed").lower(), "--max_seq_length", "32")
+    batch = build(method, backbones[0.0], tmp_path / "plain", *flags).data_collator(rows)
+    counts = tokens_per_example(batch)
+    budget = max(counts) + min(counts)  # the longest example fits with the shortest only; one longer than that
+    trainer = build(method, backbones[0.0], tmp_path / "cached", *flags, "--mini_batch_tokens", str(budget - 1))
+    model = trainer.model
+    chunks = model.split_chunks(batch, trainer.gradient_cache.bounds(model, batch))
+    sizes = [int((chunk["input_ids"] if layout == "padded" else chunk["sequence_lengths"]).shape[0])
+             for chunk in chunks]
+    # packed, the examples' own lengths make chunks of several sizes; padded, every example costs the batch's width
+    assert sum(sizes) == BATCH and (len(set(sizes)) > 1 if layout == "packed" else set(sizes) == {1})
+    for chunk, size in zip(chunks, sizes):
+        used = sum(chunk[name].numel() for name in TOKEN_TENSORS if chunk.get(name) is not None)
+        assert used <= budget - 1 or size == 1, (used, size)
+    packed = batch.get("sequence_lengths")
+    if packed is not None:  # the examples in order: the chunks' rows joined are the batch's row
+        assert torch.equal(torch.cat([chunk["input_ids"] for chunk in chunks], dim=1), batch["input_ids"])
+    else:
+        assert torch.equal(torch.cat([chunk["input_ids"] for chunk in chunks]), batch["input_ids"])
+
+
+def test_chunk_bounds_keep_examples_whole_and_in_order():
+    from csekit.trainers.gradient_cache import chunk_bounds
+
+    assert chunk_bounds([5, 5, 5, 5, 5], mini_batch_size=2) == [(0, 2), (2, 4), (4, 5)]
+    assert chunk_bounds([4, 3, 9, 2, 2, 2], mini_batch_tokens=7) == [(0, 2), (2, 3), (3, 6)]  # 9 > 7 alone
+    assert chunk_bounds([8, 1], mini_batch_tokens=7) == [(0, 1), (1, 2)]
+    assert chunk_bounds([3, 4], mini_batch_tokens=7) == [(0, 2)]
+
+
+def test_a_count_and_a_token_budget_together_are_refused(backbones, tmp_path):
+    from csekit.errors import DataError
+    from csekit.methods import get_method
+
+    with pytest.raises(DataError, match="--mini_batch_size 3 and --mini_batch_tokens 64: gradient caching cuts"):
+        build(get_method("simcse"), backbones[0.0], tmp_path, "--mini_batch_size", "3", "--mini_batch_tokens", "64")
+
+
+def test_a_token_budget_is_in_the_runs_batch_line(backbones, tmp_path):
+    """The log line, ``eval_results.json``'s ``batch`` and the card say how the chunks were cut."""
+    from csekit.methods import get_method
+    from csekit.trainers.runner import batch_record, describe_batch
+
+    trainer = build(get_method("simcse"), backbones[0.0], tmp_path, "--mini_batch_tokens", "512")
+    record = batch_record(trainer, ("sent0",))
+    assert (record["mini_batch_size"], record["mini_batch_tokens"]) == (None, 512)
+    assert ", encoded in chunks of at most 512 tokens (gradient caching);" in describe_batch(record)

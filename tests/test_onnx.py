@@ -78,6 +78,25 @@ def test_the_int8_graph_has_int8_weights_and_stays_close(exported, data_dir):
     assert cosine.min() > 0.9 and not np.allclose(full, quantized, atol=1e-5)
     record = json.loads((exported["root"] / "int8" / "onnx_export.json").read_text())
     assert record["quantize"] == "int8" and record["check"]["min_cosine"] > 0.9
+    # one weight scale per output channel (INT8_SETTINGS): every MatMulInteger's int8 weight has a vector of scales
+    initializers = {tensor.name: tensor for tensor in graph.graph.initializer}
+    weights = [node.input[1] for node in graph.graph.node if node.op_type == "MatMulInteger"]
+    assert weights and all(list(initializers[name.replace("_quantized", "_scale")].dims) == [
+        initializers[name].dims[1]] for name in weights)
+    # the remaining dependence on the batch is measured and recorded
+    assert 0.9 < record["check"]["batch_min_cosine"] <= 1.0 + 1e-6
+    assert record["check"]["settings"] == {"weight_type": "QInt8", "per_channel": True}
+
+
+def test_an_int8_graph_too_far_from_float32_is_refused_and_nothing_is_written(exported, monkeypatch, tmp_path,
+                                                                               capsys):
+    from csekit.publishing import onnx_export
+
+    monkeypatch.setattr(onnx_export, "INT8_MIN_COSINE", 1.0)  # no int8 graph reaches cosine 1 on every sentence
+    out = tmp_path / "refused"
+    assert cli.main(["export-onnx", str(exported["root"] / "model"), str(out), "--quantize", "int8"]) == 2
+    assert "int8 moves this model's vectors too far (lowest cosine" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob(".*"))
 
 
 def test_evaluate_scores_the_export_as_the_trained_model(exported, tmp_path):

@@ -189,6 +189,7 @@ def test_resume_with_another_setup_is_refused_naming_each_flag_unless_accepted_a
             (["--per_device_train_batch_size", "16"], "--per_device_train_batch_size 8 -> 16"),
             (["--gradient_accumulation_steps", "2"], "--gradient_accumulation_steps 1 -> 2"),
             (["--mini_batch_size", "4"], "--mini_batch_size None -> 4"),
+            (["--mini_batch_tokens", "64"], "--mini_batch_tokens None -> 64"),
             (["--matryoshka_dims", "16"], f"--matryoshka_dims {record['matryoshka_dims']} -> [16]"),
             (["--learning_rate", "1e-3"], f"--learning_rate 3e-05 -> 0.001{restored}"),
             (["--max_seq_length", "12", "--temperature", "0.1"],

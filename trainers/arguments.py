@@ -120,7 +120,7 @@ def resolve_recipe_config(name: str) -> Optional[Path]:
 # sizes and lengths, in whichever recipe has them: below 1 they are never meant (a length of 0 would silently mean
 # "no truncation", a batch of 0 fail after the data and model are loaded)
 POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch_size", "max_train_samples",
-                  "mini_batch_size")
+                  "mini_batch_size", "mini_batch_tokens")
 
 
 @dataclass
@@ -184,6 +184,10 @@ class CSETrainingArguments(TrainingArguments):
         "help": "Exact gradient caching: encode each step's batch in chunks of this many examples (twice: without "
                 "and with the graph, same dropout masks), the loss on the whole batch. Same loss and gradients, "
                 "activation memory of one chunk, about one more forward pass of time. Unset: no caching."})
+    mini_batch_tokens: Optional[int] = field(default=None, metadata={
+        "help": "Exact gradient caching with chunks of whole examples holding at most this many tokens (packed: real "
+                "tokens; padded: rows x width), so memory follows the budget whatever the lengths; instead of "
+                "--mini_batch_size."})
     duplicate_negatives: str = field(default="keep", metadata={
         "help": "'mask': leave out of each anchor's negatives the in-batch candidates whose text is its own or its "
                 "positive's (logged as masked_pairs per step); 'keep' is the paper's loss.",
@@ -215,7 +219,7 @@ COMMON_TRAINING_FLAGS = (
     "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "seed", "bf16", "fp16",
     "gradient_checkpointing", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "load_best_model_at_end", "metric_for_best_model", "logging_steps", "report_to", "resume_from_checkpoint",
-    "resume_accept_changes", "keep_checkpoints", "mini_batch_size", "duplicate_negatives",
+    "resume_accept_changes", "keep_checkpoints", "mini_batch_size", "mini_batch_tokens", "duplicate_negatives",
     "push_to_hub", "hub_model_id", "dataloader_num_workers",
 )
 HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults)", "data": "data and evaluation",

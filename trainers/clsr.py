@@ -97,12 +97,15 @@ class CLSRTrainingArguments:
         "help": "Gradient caching does not apply to CLSR and is refused: its frozen encoder runs once per sentence, "
                 "outside the steps (the vector cache), and the head trains on vectors, so the paper's 512 pairs fit "
                 "whole."})
+    mini_batch_tokens: Optional[int] = field(default=None, metadata={
+        "help": "Refused, as --mini_batch_size is."})
 
     def __post_init__(self):
         check_training_arguments(self)
-        if self.mini_batch_size is not None:
-            raise DataError("--mini_batch_size does not apply to clsr: its frozen encoder runs once per sentence "
-                            "outside the steps and the head trains on cached vectors, so every batch fits whole")
+        for flag in ("mini_batch_size", "mini_batch_tokens"):
+            if getattr(self, flag) is not None:
+                raise DataError(f"--{flag} does not apply to clsr: its frozen encoder runs once per sentence "
+                                "outside the steps and the head trains on cached vectors, so every batch fits whole")
         if self.per_device_train_batch_size == 1:  # each process trains the same head on the whole batch
             raise DataError(f"--per_device_train_batch_size {self.per_device_train_batch_size}: a batch of one pair "
                             "gives its anchors no negative, so the contrastive loss is constant and nothing trains; "

@@ -18,10 +18,15 @@ graph at a time:
    L_MLM) gets its cached gradient the same way.
 
 Memory for activations grows with the chunk, not the batch; each step costs one more forward pass of the encoder.
+
+A chunk is a run of whole examples (every view of each): ``--mini_batch_size M`` cuts M examples a chunk,
+``--mini_batch_tokens T`` (one or the other) as many consecutive examples as hold at most T of the tokens the encoder
+computes ([`chunk_bounds`][csekit.trainers.gradient_cache.chunk_bounds]), so a chunk's activation memory follows T
+whatever the sentences' lengths. The derivation holds for any cut, so both are exact.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 from accelerate.utils import convert_to_fp32
@@ -64,17 +69,44 @@ def as_leaves(output: ModelOutput) -> ModelOutput:
                            for name, value in output.items()})
 
 
+def chunk_bounds(example_tokens: Sequence[int], mini_batch_size: Optional[int] = None,
+                 mini_batch_tokens: Optional[int] = None) -> list:
+    """The ``(start, end)`` example ranges a batch is cut into: ``mini_batch_size`` examples each (the last may be
+    smaller), or, given ``mini_batch_tokens``, consecutive examples while their ``example_tokens`` add up to at most
+    that budget. Examples stay whole and in order; one example over the budget is a chunk of its own."""
+    batch = len(example_tokens)
+    if mini_batch_tokens is None:
+        return [(start, min(start + mini_batch_size, batch)) for start in range(0, batch, mini_batch_size)]
+    bounds, start, used = [], 0, 0
+    for index, tokens in enumerate(example_tokens):
+        if index > start and used + tokens > mini_batch_tokens:
+            bounds.append((start, index))
+            start, used = index, 0
+        used += tokens
+    return [*bounds, (start, batch)] if batch else bounds
+
+
 class GradientCache:
-    """One training step of a batch encoded in chunks of ``mini_batch_size`` examples (the derivation above).
+    """One training step of a batch encoded in chunks (the derivation above) of ``mini_batch_size`` examples or of
+    at most ``mini_batch_tokens`` tokens (exactly one of the two is given).
 
     Args:
         mini_batch_size: examples per chunk (the last chunk may be smaller).
         device: where the model runs (its random state is restored for each chunk's second pass).
+        mini_batch_tokens: the most tokens the encoder computes in one chunk
+            ([`example_tokens`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.example_tokens]).
     """
 
-    def __init__(self, mini_batch_size: int, device: torch.device):
+    def __init__(self, mini_batch_size: Optional[int], device: torch.device, mini_batch_tokens: Optional[int] = None):
+        if (mini_batch_size is None) == (mini_batch_tokens is None):
+            raise ValueError("give one of mini_batch_size and mini_batch_tokens")
         self.mini_batch_size = mini_batch_size
+        self.mini_batch_tokens = mini_batch_tokens
         self.device = device
+
+    def bounds(self, model, inputs: dict) -> list:
+        """The example ranges of ``inputs``' chunks ([`chunk_bounds`][csekit.trainers.gradient_cache.chunk_bounds])."""
+        return chunk_bounds(model.example_tokens(inputs).tolist(), self.mini_batch_size, self.mini_batch_tokens)
 
     def step(self, model, inputs: dict, compute_losses: Callable[[ModelOutput], dict],
              backward: Callable[[torch.Tensor], None], autocast: Callable) -> dict:
@@ -89,7 +121,7 @@ class GradientCache:
         Returns:
             the loss components, detached.
         """
-        chunks = model.split_chunks(inputs, self.mini_batch_size)
+        chunks = model.split_chunks(inputs, self.bounds(model, inputs))
         states, outputs = [], []
         with torch.no_grad():
             for chunk in chunks:
@@ -129,4 +161,4 @@ def average_gradients(parameters, world_size: int) -> None:
         gradient.copy_(value.view_as(gradient))
 
 
-__all__ = ["GradientCache", "RandomState", "average_gradients", "unsupported_device"]
+__all__ = ["GradientCache", "RandomState", "average_gradients", "chunk_bounds", "unsupported_device"]

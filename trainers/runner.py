@@ -145,6 +145,7 @@ def batch_record(trainer, columns: tuple) -> dict:
     return {"per_device_train_batch_size": per_device, "processes": processes,
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "mini_batch_size": trainer.gradient_cache.mini_batch_size if trainer.gradient_cache else None,
+            "mini_batch_tokens": trainer.gradient_cache.mini_batch_tokens if trainer.gradient_cache else None,
             "examples_per_update": per_device * processes * args.gradient_accumulation_steps,
             "negatives_per_anchor": trainer.negatives_per_anchor(per_device * processes, columns),
             "duplicate_negatives": args.duplicate_negatives}
@@ -152,10 +153,12 @@ def batch_record(trainer, columns: tuple) -> dict:
 
 def describe_batch(record: dict) -> str:
     """[`batch_record`][csekit.trainers.runner.batch_record] in one line."""
-    mini = record["mini_batch_size"]
+    mini, tokens = record["mini_batch_size"], record.get("mini_batch_tokens")
+    chunks = (f", encoded in chunks of {mini} (gradient caching)" if mini else
+              f", encoded in chunks of at most {tokens} tokens (gradient caching)" if tokens else "")
     return (f"batch: {record['per_device_train_batch_size']} per device x {record['processes']} process(es) x "
             f"{record['gradient_accumulation_steps']} accumulation step(s) = {record['examples_per_update']} examples "
-            f"per update{f', encoded in chunks of {mini} (gradient caching)' if mini else ''}; each anchor sees "
+            f"per update{chunks}; each anchor sees "
             f"{record['negatives_per_anchor']} in-batch negatives per step"
             f"{' less masked duplicates' if record['duplicate_negatives'] == 'mask' else ''}")
 
@@ -305,9 +308,10 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
         raise DataError(f"--per_device_train_batch_size {training_args.per_device_train_batch_size} x "
                         f"{training_args.world_size} process(es): each anchor would see no negative, so the "
                         "contrastive loss is constant and nothing trains; use 2 or more examples per step")
-    if training_args.mini_batch_size and not recipe.method.gradient_caching:
-        raise DataError(f"--mini_batch_size: {recipe.method.name} does not support gradient caching (the registry's "
-                        "gradient_caching capability)")
+    for flag in ("mini_batch_size", "mini_batch_tokens"):
+        if getattr(training_args, flag, None) and not recipe.method.gradient_caching:
+            raise DataError(f"--{flag}: {recipe.method.name} does not support gradient caching (the registry's "
+                            "gradient_caching capability)")
     return CheckedRun(folder, resume, accepted, record, publish, data_dir, dev, test, model_path, tokenizer,
                       train_dataset, columns)
 

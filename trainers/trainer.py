@@ -119,7 +119,8 @@ class ContrastiveTrainer(Trainer):
 
     Subclasses implement ``compute_losses(model, outputs, inputs) -> {"loss": total, "<name>": component, ...}``.
 
-    With ``args.mini_batch_size`` below the per-device batch, every step is one exact gradient-cached step
+    With ``args.mini_batch_size`` below the per-device batch, or ``args.mini_batch_tokens``, every step is one exact
+    gradient-cached step
     ([`gradient_cache`][csekit.trainers.gradient_cache]): the same loss and gradients, with one chunk's activations in
     memory at a time.
     """
@@ -188,13 +189,15 @@ class ContrastiveTrainer(Trainer):
         return examples_per_step - 1
 
     def make_gradient_cache(self) -> Optional[GradientCache]:
-        """The gradient cache of ``--mini_batch_size`` (``None`` when unset or not below the per-device batch);
-        whatever it cannot do exactly is refused in one line."""
+        """The gradient cache of ``--mini_batch_size`` or ``--mini_batch_tokens`` (``None`` when unset, or a count not
+        below the per-device batch); whatever it cannot do exactly is refused in one line."""
         size = getattr(self.args, "mini_batch_size", None)
-        if not size:
+        tokens = getattr(self.args, "mini_batch_tokens", None)
+        if not size and not tokens:
             return None
+        flag = "--mini_batch_tokens" if tokens else "--mini_batch_size"
         batch = self.args.per_device_train_batch_size
-        if size >= batch:
+        if size and size >= batch:
             logger.info("--mini_batch_size %d is not below the per-device batch %d: each step is encoded whole, "
                         "without gradient caching", size, batch)
             return None
@@ -205,8 +208,8 @@ class ContrastiveTrainer(Trainer):
         if reason is None and self.args.n_gpu > 1:
             reason = "one process drives several GPUs (DataParallel); launch one process per GPU with accelerate"
         if reason is not None:
-            raise DataError(f"--mini_batch_size: {reason}")
-        return GradientCache(size, self.args.device)
+            raise DataError(f"{flag}: {reason}")
+        return GradientCache(size or None, self.args.device, tokens or None)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         raise NotImplementedError
@@ -246,9 +249,9 @@ class ContrastiveTrainer(Trainer):
         return (losses["loss"], outputs) if return_outputs else losses["loss"]
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        """The Trainer's step, or with ``--mini_batch_size`` the gradient-cached one: the same loss scaling and
-        ``accelerator.backward`` for the loss, then the chunks' backward passes, then the gradients averaged over
-        processes as DDP would."""
+        """The Trainer's step, or with ``--mini_batch_size``/``--mini_batch_tokens`` the gradient-cached one: the same
+        loss scaling and ``accelerator.backward`` for the loss, then the chunks' backward passes, then the gradients
+        averaged over processes as DDP would."""
         if self.gradient_cache is None:
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()

