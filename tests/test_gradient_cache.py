@@ -72,6 +72,13 @@ def cases(every_draw: bool = False) -> list:
     return found
 
 
+def chunkings() -> list:
+    """``(method, columns, flags, kind)``: chunks of ``CHUNK`` examples for every case and random draw, and a token
+    budget for every case (the cut does not depend on the draws, which the count's cases cover)."""
+    return [pytest.param(*case.values, "examples", id=f"{case.id}-examples") for case in cases(every_draw=True)] + [
+        pytest.param(*case.values, "tokens", id=f"{case.id}-tokens") for case in cases()]
+
+
 def examples(method, sentences: list, columns: tuple) -> list:
     """A batch of training rows: unsupervised sentences, or triplets built from them (with a repeated text)."""
     rows = []
@@ -137,9 +144,8 @@ def largest_difference(gradients: dict, reference: dict) -> float:
     return max(float((gradients[name] - value).abs().max()) for name, value in reference.items())
 
 
-@pytest.mark.parametrize("kind", ["examples", "tokens"])
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-@pytest.mark.parametrize("method, columns, options", cases(every_draw=True))
+@pytest.mark.parametrize("method, columns, options, kind", chunkings())
 def test_a_cached_step_has_the_uncached_steps_loss_and_gradients(method, columns, options, layout, kind, backbones,
                                                                  sentences, tmp_path):
     flags = ("--padding_free", str(layout == "packed").lower(), *options)
@@ -188,9 +194,8 @@ def test_a_cached_step_with_matryoshka_terms_has_the_uncached_steps_loss_and_gra
     assert_same_step(steps["uncached"], steps["cached"], rtol=tolerance, atol=tolerance)
 
 
-@pytest.mark.parametrize("kind", ["examples", "tokens"])
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-@pytest.mark.parametrize("method, columns, options", cases(every_draw=True))
+@pytest.mark.parametrize("method, columns, options, kind", chunkings())
 def test_with_dropout_a_cached_step_equals_the_full_graph_step_with_the_same_random_states(
         method, columns, options, layout, kind, backbones, sentences, tmp_path):
     flags = ("--padding_free", str(layout == "packed").lower(), *options)
