@@ -82,7 +82,7 @@ def session(path, threads: int):
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def candidates(float32: Path, work: Path, model: str, check_texts: list, tokenizer) -> dict:
+def candidates(float32: Path, work: Path, model: str, tokenizer) -> dict:
     """The int8 graphs' paths, by name, built from the float32 export."""
     import onnx
     from onnxruntime.quantization import (
@@ -170,7 +170,7 @@ def main(argv=None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(work / "float32")
     length = record["max_length"]
     graphs = {"float32": work / "float32" / GRAPH_FILE, **candidates(work / "float32" / GRAPH_FILE, work, args.model,
-                                                                      check, tokenizer)}
+                                                                      tokenizer)}
     sessions = {name: session(path, args.threads) for name, path in graphs.items()}
     encoders = {name: (lambda s: lambda texts, batch=64: onnx_vectors(s, tokenizer, list(texts), length, batch))(s)
                 for name, s in sessions.items()}

@@ -95,8 +95,10 @@ def csekit_step(folder: str, rows: list, flags: list, max_length: int, device: s
     trainer.current_gradient_accumulation_steps = 1
     device = trainer.args.device
     examples = [{"sent0": a, "sent1": p, "hard_neg": n, "example_index": i} for i, (a, p, n) in enumerate(rows)]
-    batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in collator(examples).items()}
-    warm = {k: v.to(device) if hasattr(v, "to") else v for k, v in collator(examples[:WARMUP_TRIPLETS]).items()}
+    def collate(rows):
+        return {k: v.to(device) if hasattr(v, "to") else v for k, v in collator(rows).items()}
+
+    batch, warm = collate(examples), collate(examples[:WARMUP_TRIPLETS])
     tokens = int(batch["sequence_lengths"].sum()) if "sequence_lengths" in batch else int(batch["attention_mask"].sum())
     return (lambda: trainer.training_step(trainer.model, batch), lambda: trainer.training_step(trainer.model, warm),
             tokens, device)
