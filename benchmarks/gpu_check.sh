@@ -168,7 +168,8 @@ step token_budget 120 "$python" benchmarks/token_budget.py --device "$device" --
     echo
     echo "## $name"
     echo
-    if [ -f "$output/$name.md" ]; then cat "$output/$name.md"; else echo '```'; tail -n 5 "$output/$name.log"; echo '```'; fi
+    [ -f "$output/$name.md" ] && cat "$output/$name.md"
+    if ! grep -q "^- $name: exit 0 " "$output/steps.txt"; then echo '```'; tail -n 15 "$output/$name.log"; echo '```'; fi
   done
 } >> "$report"
 rm -f "$output"/*.json "$output/steps.txt" "$output"/profile_*.txt "$output"/{gpu_throughput,gradient_cache,token_budget}.md

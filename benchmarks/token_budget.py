@@ -33,6 +33,7 @@ longest chunk, a budget's never passes T. Results: ``token_budget_chunks.{json,m
 """
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -104,12 +106,19 @@ def csekit_step(folder: str, rows: list, flags: list, max_length: int, device: s
             tokens, device)
 
 
+class NotMeasurable(RuntimeError):
+    """A configuration the installed libraries cannot run: its row says why instead of the figures."""
+
+
 def st_step(folder: str, rows: list, budget: int, max_length: int, device: str):
     """The same for sentence-transformers' ``CachedMultipleNegativesRankingLoss(mini_batch_num_tokens=budget)``."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
+    if "mini_batch_num_tokens" not in inspect.signature(CachedMultipleNegativesRankingLoss).parameters:
+        raise NotMeasurable(f"sentence-transformers {version('sentence-transformers')} has no token budget "
+                            "(CachedMultipleNegativesRankingLoss(mini_batch_num_tokens=...))")
     transformer = Transformer(folder, max_seq_length=max_length)
     model = SentenceTransformer(modules=[transformer, Pooling(transformer.get_embedding_dimension(), "mean")],
                                 device=device)
@@ -198,7 +207,10 @@ def chunks_markdown(record: dict) -> str:
 def run_child(args, config: str) -> dict:
     if args.in_process:  # the CI check: one process, so its memory figures are not comparable
         args.config = config
-        return measure(args)
+        try:
+            return measure(args)
+        except NotMeasurable as reason:
+            return {"error": str(reason)}
     command = [sys.executable, __file__, "--child", config, "--size", args.size, "--batch", str(args.batch),
                "--max-length", str(args.max_length), "--device", args.device, "--nli-path", args.nli_path]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**20)}  # see benchmarks/gradient_cache.py
@@ -254,7 +266,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.child:
         args.config = args.child
-        print(json.dumps(measure(args)))
+        try:
+            print(json.dumps(measure(args)))
+        except NotMeasurable as reason:
+            sys.exit(str(reason))
         return
     from csekit.data import resolve_data_file
 

@@ -44,12 +44,10 @@ def run_train(args) -> int:
     from .methods import get_method
 
     if args.recipe_args in (["--help"], ["-h"]):  # the shipped text: no torch import (csekit/recipe_help.py)
-        from .recipe_help import shipped_help
+        from .recipe_help import help_text
 
-        text = shipped_help(args.method)
-        if text is not None:
-            print(text, end="")
-            return 0
+        print(help_text(args.method), end="")
+        return 0
     try:
         get_method(args.method).recipe_module.main(args.recipe_args, prog=f"csekit train {args.method}")
     except SystemExit as stop:  # the recipe's parser: --help (0) or a usage error, already printed in one line (2)

@@ -60,6 +60,12 @@ def render_help(method: str) -> str:
     return output.getvalue()
 
 
+def help_text(method: str) -> str:
+    """``method``'s help: the shipped text, or the live rendering at the same width under another transformers."""
+    text = shipped_help(method)
+    return render_help(method) if text is None else text
+
+
 def write_help_files() -> list:
     """Render every registered method's help into ``recipes/help/`` (run after changing a recipe's flags)."""
     from .methods import METHODS

@@ -20,6 +20,10 @@ def test_shipped_help_is_the_live_rendering(method):
     assert shipped_help(method) == render_help(method)
 
 
+def header_matches(method) -> bool:
+    return (help_dir() / f"{method}.txt").read_text().partition("\n")[0] == HEADER + str(transformers_version())
+
+
 def test_train_help_loads_neither_torch_nor_transformers_and_other_versions_render_live(monkeypatch, capsys):
     code = ("import sys\nfrom csekit.cli import main\nassert main(['train', 'simcse', '--help']) == 0\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
@@ -28,10 +32,17 @@ def test_train_help_loads_neither_torch_nor_transformers_and_other_versions_rend
     assert "--inference_max_length" in result.stdout and "Turn --mlp_only_train off" in result.stdout
     if shipped_help("simcse") is not None:
         assert result.stdout.strip().splitlines()[-1] == "[]"
+    rendered_with_this_version = header_matches("simcse")
     # a transformers version the text was not rendered with: the parser renders it live, the same flags
     monkeypatch.setattr("csekit.recipe_help.transformers_version", lambda: "0.0.0")
     assert shipped_help("simcse") is None
     from csekit.cli import main
 
     assert main(["train", "simcse", "--help"]) == 0
-    assert "--inference_max_length" in capsys.readouterr().out
+    live = capsys.readouterr().out
+    assert "--inference_max_length" in live
+    # rendered at the shipped text's width whatever the terminal: the same lines as the shipped file
+    shipped = (help_dir() / "simcse.txt").read_text().partition("\n")[2]
+    assert max(map(len, live.splitlines())) > 80 and len(live.splitlines()) < 250
+    if rendered_with_this_version:
+        assert live == shipped
