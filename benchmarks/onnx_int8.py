@@ -7,6 +7,7 @@ Graphs, all from the same float32 export (``csekit export-onnx MODEL``, pooling 
 
 * ``per-tensor``: ``quantize_dynamic`` with one weight scale per matrix (what ``--quantize int8`` shipped before);
 * ``per-channel``: ``--quantize int8`` as it is (``INT8_SETTINGS``: one scale per output channel);
+* ``per-channel, int8/uint8 weights``: the same with the other 8-bit weight type (signed or unsigned);
 * ``per-channel, fused``: the same after onnxruntime's BERT graph optimisations (``optimize_model``);
 * ``static``: activation scales calibrated once (MinMax, QDQ) on 200 other sentences, per-channel weights;
 * ``weight-only``: ``MatMulNBits``, 8 bits, blocks of 32, int8 compute (accuracy level 4: each token's activations
@@ -103,6 +104,10 @@ def candidates(float32: Path, work: Path, model: str, tokenizer) -> dict:
     graphs["per-tensor"] = work / "per-tensor.onnx"
     export_onnx(model, work / "csekit-int8", quantize="int8")
     graphs["per-channel (--quantize int8)"] = work / "csekit-int8" / GRAPH_FILE
+    other = "QUInt8" if INT8_SETTINGS["weight_type"] == "QInt8" else "QInt8"
+    quantize_dynamic(str(float32), str(work / "per-channel-other.onnx"),
+                     **{**INT8_SETTINGS, "weight_type": QuantType[other]})
+    graphs[f"per-channel, {other[1:].lower()} weights"] = work / "per-channel-other.onnx"
     optimize_model(str(float32), model_type="bert", num_heads=0, hidden_size=0).save_model_to_file(
         str(work / "fused.onnx"))
     quantize_dynamic(str(work / "fused.onnx"), str(work / "fused-int8.onnx"),

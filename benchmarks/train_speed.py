@@ -88,7 +88,8 @@ def st_loss(model, variant: str):
         return losses.CachedMultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE, mini_batch_size=CHUNK)
     loss = losses.MultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE)
     if variant == "matryoshka":
-        dims = [model.get_sentence_embedding_dimension(), *MATRYOSHKA_DIMS]
+        size = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension  # ST < 6
+        dims = [size(), *MATRYOSHKA_DIMS]
         return losses.MatryoshkaLoss(model, loss, matryoshka_dims=dims)
     return loss
 

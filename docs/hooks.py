@@ -5,8 +5,8 @@
   build lays that package out once in a temporary folder of links and mkdocstrings reads it there: every object is
   documented under the name it is imported by (``csekit.modeling.modeling_simcse.SimCSEModel``).
 * The Methods section of the navigation and the API reference's per-method entries come from the method registry
-  (every registered method has its page, ``docs/methods/NAME.md``); a method page's ``<!-- paper rows -->`` are the
-  rows of reproduce.md's table that run its recipe.
+  (every registered method has its page, ``docs/methods/NAME.md``); reproduce.md's ``<!-- paper table -->`` and a
+  method page's ``<!-- paper rows -->`` are rendered from the paper configs' headers (``csekit.paper_configs``).
 * Equations are rendered at build time: pymdownx.arithmatex marks them, and each becomes MathML (latex2mathml), which
   browsers draw without a script, so the site has no math renderer to fetch from elsewhere.
 * A public name of the API reference's modules without a docstring is a warning, which ``mkdocs build --strict``
@@ -34,7 +34,8 @@ log = logging.getLogger("mkdocs.plugins.csekit")
 API_MODULES = ("csekit.methods", "csekit.trainers.runner", "csekit.trainers.augmentations",
                "csekit.trainers.arguments", "csekit.trainers.trainer", "csekit.modeling.modeling_encoder",
                "csekit.evaluation.sts", "csekit.evaluation.encoders", "csekit.publishing.model_card",
-               "csekit.publishing.hub", "csekit.publishing.onnx_export", "csekit.evaluation.score_cache")
+               "csekit.publishing.hub", "csekit.publishing.onnx_export", "csekit.evaluation.score_cache",
+               "csekit.paper_configs")
 MATH = re.compile(r'<(?P<tag>span|div) class="arithmatex">\s*(?:\\\((?P<inline>.*?)\\\)|\\\[(?P<block>.*?)\\\])\s*'
                   r'</(?P=tag)>', re.S)
 
@@ -100,20 +101,24 @@ def method_api() -> str:
     return "\n".join(blocks)
 
 
-def paper_rows(markdown: str, page, config) -> str:
+def paper_rows(markdown: str, page) -> str:
     """A method page's ``<!-- paper rows -->``: the rows of reproduce.md's table that run its recipe."""
+    from csekit.paper_configs import reproduce_table
+
     name = Path(page.file.src_path).stem
-    table = [line for line in (Path(config["docs_dir"]) / "reproduce.md").read_text(encoding="utf-8").splitlines()
-             if line.startswith("|")]
-    rows = [line for line in table[2:] if f"recipes/{name}.py" in line]
-    if not rows:
-        log.warning("%s: no row of reproduce.md runs recipes/%s.py", page.file.src_path, name)
-    return markdown.replace("<!-- paper rows -->", "\n".join(table[:2] + rows))
+    table = reproduce_table(name)
+    if table.count("\n") < 2:
+        log.warning("%s: no paper config (recipes/configs/paper/) runs recipes/%s.py", page.file.src_path, name)
+    return markdown.replace("<!-- paper rows -->", table)
 
 
 def on_page_markdown(markdown, page, config, files):
+    if "<!-- paper table -->" in markdown:
+        from csekit.paper_configs import reproduce_table
+
+        markdown = markdown.replace("<!-- paper table -->", reproduce_table())
     if "<!-- paper rows -->" in markdown:
-        markdown = paper_rows(markdown, page, config)
+        markdown = paper_rows(markdown, page)
     if "<!-- method api -->" in markdown:
         markdown = markdown.replace("<!-- method api -->", method_api())
     return markdown

@@ -95,12 +95,14 @@ def info_nce_loss(
     rank: int = 0,
     world_size: int = 1,
     candidate_mask: Optional[torch.Tensor] = None,
+    extra_negatives: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    r"""InfoNCE with in-batch negatives (SimCSE eq. 1 and, with hard negatives, eq. 5).
+    r"""InfoNCE with in-batch negatives (SimCSE eq. 1 and, with hard negatives, eq. 5), and optional extra negatives
+    shared by every anchor (a momentum encoder's queue: MoCo, ESimCSE eq. 6).
 
     $$
     \ell_i = -\log \frac{e^{\cos(h_i, h_i^+)/\tau}}{\sum_j e^{\cos(h_i, h_j^+)/\tau}
-             + \sum_j e^{\cos(h_i, h_j^-)/\tau + w\,[i=j]}}
+             + \sum_j e^{\cos(h_i, h_j^-)/\tau + w\,[i=j]} + \sum_q e^{\cos(h_i, e_q)/\tau}}
     $$
 
     SimCSE adds the hard-negative weight ``w`` to the logit (after the temperature), as here.
@@ -116,7 +118,11 @@ def info_nce_loss(
             negatives of every process are the candidates (labels offset by ``rank``). The loss stays the mean over
             local anchors.
         candidate_mask: optional ``(B, candidates)`` boolean, True where a candidate leaves anchor i's denominator
-            ([`false_negative_mask`][csekit.modeling.losses.false_negative_mask]).
+            ([`false_negative_mask`][csekit.modeling.losses.false_negative_mask]); with ``extra_negatives`` its last
+            ``Q`` columns are theirs.
+        extra_negatives: optional ``(Q, H)`` negatives of every anchor, after the in-batch candidates; taken as
+            given on each process (not gathered: a queue filled with every process's keys is the same everywhere).
+            They usually carry no gradient (a queue is detached). For a Matryoshka size, pass them cut to it too.
     Returns:
         scalar loss (float32, or float64 for float64 inputs).
     """
@@ -130,6 +136,10 @@ def info_nce_loss(
         own_hard_negative = F.one_hot(labels, negative_logits.shape[1]).to(negative_logits.dtype)
         negative_logits = negative_logits + hard_negative_weight * own_hard_negative
         logits = torch.cat([logits, negative_logits], dim=1)
+    if extra_negatives is not None:
+        if extra_negatives.dim() != 2 or extra_negatives.shape[1] != anchors.shape[1]:
+            raise ValueError(f"extra_negatives must be (Q, {anchors.shape[1]}), got {tuple(extra_negatives.shape)}")
+        logits = torch.cat([logits, cosine_logits(anchors, extra_negatives, temperature)], dim=1)
     if candidate_mask is not None:
         logits = logits.masked_fill(candidate_mask, float("-inf"))
     return F.cross_entropy(logits, labels)

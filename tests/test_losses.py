@@ -59,3 +59,44 @@ def test_gradient_flows_to_both_views():
     p = torch.randn(3, 4, requires_grad=True)
     info_nce_loss(a, p).backward()
     assert a.grad.abs().sum() > 0 and p.grad.abs().sum() > 0
+
+
+def direct_info_nce_torch(anchors, positives, hard_negatives, queue, mask, temperature, weight):
+    """ESimCSE eq. 6 / MoCo with SimCSE's hard negatives, one anchor at a time and differentiable: the denominator sums
+    every positive, every hard negative (the own one weighted) and every queue entry, less the masked candidates."""
+    cos = torch.nn.functional.cosine_similarity
+    candidates = [(positives[j], 0.0) for j in range(len(positives))]
+    candidates += [(hard_negatives[j], j) for j in range(len(hard_negatives))]
+    candidates += [(entry, 0.0) for entry in queue]
+    losses = []
+    for i in range(len(anchors)):
+        terms = []
+        for column, (candidate, owner) in enumerate(candidates):
+            if mask[i, column]:
+                continue
+            bonus = weight if len(positives) <= column < 2 * len(positives) and owner == i else 0.0
+            terms.append(torch.exp(cos(anchors[i], candidate, dim=0) / temperature + bonus))
+        numerator = torch.exp(cos(anchors[i], positives[i], dim=0) / temperature)
+        losses.append(-torch.log(numerator / torch.stack(terms).sum()))
+    return torch.stack(losses).mean()
+
+
+def test_extra_negatives_join_every_denominator_with_their_mask_columns():
+    """A queue of extra negatives (ESimCSE's momentum queue): loss and gradients equal the per-anchor formula in
+    float64, its columns masked like the in-batch ones, its gradient reaching the queue when it has one."""
+    generator = torch.Generator().manual_seed(0)
+    a, p, h = (torch.randn(4, 6, dtype=torch.float64, generator=generator, requires_grad=True) for _ in range(3))
+    queue = torch.randn(5, 6, dtype=torch.float64, generator=generator, requires_grad=True)
+    mask = torch.zeros(4, 4 + 4 + 5, dtype=torch.bool)
+    mask[0, 9], mask[2, 1], mask[3, 12] = True, True, True  # a queue entry, an in-batch positive, the last entry
+    loss = info_nce_loss(a, p, h, temperature=0.05, hard_negative_weight=0.5, candidate_mask=mask,
+                         extra_negatives=queue)
+    expected = direct_info_nce_torch(a, p, h, queue, mask, 0.05, 0.5)
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    got = torch.autograd.grad(loss, (a, p, h, queue))
+    want = torch.autograd.grad(expected, (a, p, h, queue))
+    for mine, theirs in zip(got, want):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-12)
+    assert info_nce_loss(a, p, h, temperature=0.05, hard_negative_weight=0.5) < loss  # more negatives, larger loss
+    with pytest.raises(ValueError, match=r"extra_negatives must be \(Q, 6\)"):
+        info_nce_loss(a, p, extra_negatives=queue[:, :3])

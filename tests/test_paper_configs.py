@@ -1,11 +1,13 @@
 """The shipped paper configurations (``recipes/configs/paper/``): one YAML per headline row of the papers.
 
-Each YAML must hold the paper's hyper-parameters (checked against a table written here from the papers' text and
-the authors' run scripts, not read from csekit), be found by name (``--config paper/<name>``, also from an installed
-package), and build its model and trainer without a configuration error or a degenerate-whitening warning. The
-build runs on a tiny random backbone in place of the YAML's (12 layers like bert-base/roberta-base, hidden 32), with
-the settings tied to the backbone width scaled so that their rule holds: WhitenedCSE's k groups keep 768 / k channels
-each (384 groups of 2 -> 16 groups of 2), CLSR's output keeps the backbone's width.
+Every YAML there is found by its header (``csekit.paper_configs``: the row, score, weights, compute, the paper's
+settings and the command), with no list of them here. Each must hold its header's settings (the paper's values as
+its text and the authors' run scripts give them, written from those beside the words that cite them), be found by
+name (``--config paper/<name>``, also from an installed package), and build its model and trainer without a
+configuration error or a degenerate-whitening warning. The build runs on a tiny random backbone in place of the
+YAML's (12 layers like bert-base/roberta-base, hidden 32), with the settings tied to the backbone width scaled so
+that their rule holds: WhitenedCSE's k groups keep 768 / k channels each (384 groups of 2 -> 16 groups of 2), CLSR's
+output keeps the backbone's width.
 """
 
 import configparser
@@ -20,78 +22,86 @@ from transformers import BertForMaskedLM, BertModel, RobertaForMaskedLM
 
 from conftest import REPO_ROOT, tiny_bert_config, tiny_roberta_config
 from csekit.evaluation.sts import STSEvaluator
+from csekit.methods import METHODS
+from csekit.paper_configs import paper_configs, read_paper_config, reproduce_table
 from csekit.trainers.arguments import configs_dir, shipped_configs
 from csekit.trainers.data import load_training_dataset
 
 PAPER_DIR = REPO_ROOT / "recipes" / "configs" / "paper"
 BASE_HIDDEN = 768  # bert-base / roberta-base
 TINY_HIDDEN, TINY_LAYERS = 32, 12
-WIKI = "wiki/wiki1m_for_simcse.txt"
-NLI = "nli/nli_for_simcse.csv"
-SBERT = "sentence-transformers/bert-base-nli-mean-tokens"  # Table 3 caption: SBERT-base, NLI-trained, mean pooling
-
-# SimCSE: run_unsup_example.sh + the README "Hyperparameters" table (princeton-nlp/SimCSE); scores: SimCSE Table 5,
-# reprinted in WhitenedCSE Table 1 and CMLM-CSE Table 1.
-SIMCSE_UNSUP = dict(train_file=WIKI, num_train_epochs=1, max_seq_length=32, temperature=0.05, pooler_type="cls",
-                    mlp_only_train=True, eval_steps=125, fp16=True)
-SIMCSE_BERT = dict(SIMCSE_UNSUP, model_name_or_path="bert-base-uncased", per_device_train_batch_size=64,
-                   learning_rate=3e-5)
-SIMCSE_ROBERTA = dict(SIMCSE_UNSUP, model_name_or_path="roberta-base", per_device_train_batch_size=512,
-                      learning_rate=1e-5)
-# CMLM-CSE §4.1 ("the same settings as the unsupervised SimCSE", first 8 blocks frozen, 3 fusion blocks), Table 3's
-# text (15% masking, no contrastive-side augmentation), Table 5 (λ = 0.005)
-CMLM = dict(extractor_layers=8, fusion_layers=3, mask_rate=0.15, mlm_weight=0.005, contrastive_weight=1.0,
-            contrastive_augmentation="none")
-# CLSR §4.1 + Table 4 (mean pooling) + §4.2 (Table 3 is NLI-trained)
-CLSR = dict(train_file=NLI, pooler_type="avg", representation_size=768, temperature=0.1, num_train_epochs=2000,
-            per_device_train_batch_size=512, learning_rate=0.5, weight_decay=1e-4, warmup_epochs=10)
-
-PAPER = {  # name: (recipe, the paper's score, its hyper-parameters)
-    "simcse_bert_base": ("simcse", "76.25", SIMCSE_BERT),
-    "simcse_roberta_base": ("simcse", "76.57", SIMCSE_ROBERTA),
-    # WhitenedCSE §4.1: lr 3e-5, batch 64, 1 epoch, τ 0.05, k = 384 groups, 3 positives (= the anchor's view + 2),
-    # eq. 7 (L1), STS-B dev every 125 steps; max length 32, [CLS] and fp16 from the authors' script
-    "whitenedcse_bert_base": ("whitenedcse", "78.78", dict(
-        model_name_or_path="bert-base-uncased", train_file=WIKI, num_train_epochs=1, per_device_train_batch_size=64,
-        learning_rate=3e-5, max_seq_length=32, temperature=0.05, pooler_type="cls", whitening="shuffled_group",
-        num_groups=384, num_positives=2, loss_type="L1", eval_steps=125, fp16=True)),
-    "cmlm_cse_bert_base": ("cmlm_cse", "76.80", dict(SIMCSE_BERT, **CMLM)),
-    "cmlm_cse_roberta_base": ("cmlm_cse", "76.87", dict(SIMCSE_ROBERTA, **CMLM)),
-    "clsr_bert_base": ("clsr", "66.61", dict(CLSR, model_name_or_path="bert-base-uncased")),
-    "clsr_sbert_base": ("clsr", "73.11", dict(CLSR, model_name_or_path=SBERT)),
-}
+SBERT = "sentence-transformers/bert-base-nli-mean-tokens"  # CLSR Table 3 caption: SBERT-base, NLI-trained, mean pooling
+CONFIGS = {config.name: config for config in paper_configs()}  # every YAML in recipes/configs/paper/, by its header
 
 
 def read_yaml(name: str) -> dict:
     return yaml.safe_load((PAPER_DIR / f"{name}.yaml").read_text())
 
 
-# ------------------------------------------------------------------------------------------------ the paper's values
-def test_one_config_per_headline_row():
-    assert sorted(path.stem for path in PAPER_DIR.glob("*.yaml")) == sorted(PAPER)
+# ------------------------------------------------------------------------------------------------ the headers
+def test_every_paper_yaml_has_a_header_and_every_method_a_paper_yaml():
+    assert sorted(path.stem for path in PAPER_DIR.glob("*.yaml")) == sorted(CONFIGS)
+    assert {config.recipe for config in CONFIGS.values()} == set(METHODS)  # commands run registered recipes
 
 
-@pytest.mark.parametrize("name", sorted(PAPER))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_config_holds_the_papers_hyperparameters(name):
-    recipe, score, expected = PAPER[name]
-    values = read_yaml(name)
-    assert {key: values.get(key) for key in expected} == expected
-    text = (PAPER_DIR / f"{name}.yaml").read_text()
-    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
-    assert f"Paper: {score}" in header and "Table" in header  # the comment names the score and its table
-    assert f"recipes/{recipe}.py --config paper/{name}" in header  # and the command that runs it
+    """The body holds every value of the header's ``settings`` (the paper's, cited in the words beside them)."""
+    settings = CONFIGS[name].settings
+    assert settings and {key: read_yaml(name).get(key) for key in settings} == settings
+    assert "Table" in CONFIGS[name].row
+
+
+HEADER = """# paper:
+#   row: A method, bert-base (Table 2)
+#   score: 77.10 (7 tasks)
+#   weights: bert-base-uncased
+#   compute: not counted
+#   settings: {learning_rate: 3.0e-05}
+# Words on the sources.
+#   accelerate launch recipes/simcse.py --config paper/new_method
+learning_rate: 3.0e-5
+"""
+
+
+def test_a_new_paper_yaml_is_picked_up_with_no_other_edit(tmp_path, monkeypatch):
+    (tmp_path / "new_method.yaml").write_text(HEADER)
+    monkeypatch.setattr("csekit.paper_configs.paper_dir", lambda: tmp_path)
+    (config,) = paper_configs()
+    assert (config.name, config.recipe, config.score, config.settings) == (
+        "new_method", "simcse", "77.10 (7 tasks)", {"learning_rate": 3e-5})
+    row = reproduce_table().splitlines()[-1]
+    assert row.startswith("| A method, bert-base (Table 2) | 77.10 (7 tasks) | `accelerate launch recipes/simcse.py "
+                          "--config paper/new_method`<br>`accelerate launch -m csekit.recipes.simcse --config "
+                          "paper/new_method` | bert-base-uncased | not counted |")
+    assert reproduce_table("clsr").count("\n") == 1  # a recipe with no config: the table's head alone
+
+
+@pytest.mark.parametrize("broken, message", [
+    (HEADER.replace("#   score: 77.10 (7 tasks)\n", ""), "mapping of row, score"),
+    (HEADER.replace("77.10 (7 tasks)", "77.1"), "'score' must read like"),
+    (HEADER.replace("paper/new_method", "paper/other"), "must name its command once"),
+    (HEADER.replace("{learning_rate: 3.0e-05}", "{learning_rate: [}"), "not valid YAML"),
+    ("learning_rate: 3.0e-5\n", "must start with a commented 'paper:' mapping"),
+])
+def test_a_malformed_header_is_one_line(tmp_path, broken, message):
+    path = tmp_path / "new_method.yaml"
+    path.write_text(broken)
+    with pytest.raises(ValueError, match=message) as error:
+        read_paper_config(path)
+    assert "\n" not in str(error.value)
 
 
 # ------------------------------------------------------------------------------------------------ found when installed
 def test_paper_configs_are_shipped_package_data():
     """Found by name through the package's resources, and matched by setup.cfg's package_data (so in the wheel)."""
-    assert {f"paper/{name}" for name in PAPER} <= set(shipped_configs())
+    assert {f"paper/{name}" for name in CONFIGS} <= set(shipped_configs())
     assert configs_dir().name == "configs" and (configs_dir() / "paper").is_dir()
     config = configparser.ConfigParser()
     config.read(REPO_ROOT / "setup.cfg")
     patterns = config["options.package_data"]["csekit.recipes"].replace(",", " ").split()
     packaged = {path for pattern in patterns for path in (REPO_ROOT / "recipes").glob(pattern)}  # setuptools' glob
-    assert {PAPER_DIR / f"{name}.yaml" for name in PAPER} <= packaged, patterns
+    assert {PAPER_DIR / f"{name}.yaml" for name in CONFIGS} <= packaged, patterns
 
 
 # ------------------------------------------------------------------------------------------------ they build
@@ -122,7 +132,7 @@ def scaled_flags(values: dict) -> list:
 
 
 def build_contrastive(name, tiny, tmp_path, tokenizer, data_dir):
-    module = import_module(f"csekit.recipes.{PAPER[name][0]}")
+    module = import_module(f"csekit.recipes.{CONFIGS[name].recipe}")
     argv = ["--config", f"paper/{name}", "--model_name_or_path", str(tiny), "--output_dir", str(tmp_path / "out"),
             "--train_file", "wiki/wiki1m_for_simcse.txt", "--fp16", "false",  # fp16 needs a GPU
             *scaled_flags(read_yaml(name))]
@@ -153,29 +163,32 @@ def build_clsr(name, tiny, tmp_path):
     return CLSRTrainer(model, training_args, vectors, corpus, HeldOutSentences({}))
 
 
-@pytest.mark.parametrize("name", sorted(PAPER))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_config_builds_its_model_without_error_or_warning(name, tmp_path, tokenizer, data_dir, caplog):
     model_name = read_yaml(name)["model_name_or_path"]
     tiny = save_tiny(tmp_path / "backbone", model_name, tokenizer)
     with caplog.at_level(logging.INFO, logger="csekit"):
-        if PAPER[name][0] == "clsr":
+        if CONFIGS[name].recipe == "clsr":
             trainer = build_clsr(name, tiny, tmp_path)
         else:
             trainer = build_contrastive(name, tiny, tmp_path, tokenizer, data_dir)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("csekit")]
     assert not warnings, warnings
     config = trainer.model.config
-    expected = {k: v for k, v in PAPER[name][2].items() if k in {f.name for f in dataclasses.fields(type(config))}}
+    fields = {field.name for field in dataclasses.fields(type(config))}
+    expected = {k: v for k, v in CONFIGS[name].settings.items() if k in fields}
     expected.pop("representation_size", None)
     expected.pop("num_groups", None)
     assert {k: getattr(config, k) for k in expected} == expected  # the YAML's values reached the model config
-    if "num_groups" in PAPER[name][2]:  # the paper's 2 channels per group, fewer than the batch's sentences
-        assert config.group_width == BASE_HIDDEN // PAPER[name][2]["num_groups"] == 2
+    if "num_groups" in CONFIGS[name].settings:  # the paper's 2 channels per group, fewer than the batch's sentences
+        assert config.group_width == BASE_HIDDEN // CONFIGS[name].settings["num_groups"] == 2
 
 
-def test_reproduce_page_lists_every_config_with_the_papers_score():
-    section = (REPO_ROOT / "docs" / "reproduce.md").read_text()
-    rows = {line for line in section.splitlines() if line.startswith("| ")}
-    for name, (recipe, score, _) in PAPER.items():
-        (row,) = [line for line in rows if f"--config paper/{name}`" in line]
-        assert f"| {score} " in row and f"recipes/{recipe}.py" in row and f"-m csekit.recipes.{recipe} " in row, name
+def test_reproduce_page_renders_the_headers_table():
+    """docs/reproduce.md keeps no table of its own: the docs build renders the headers' (docs/hooks.py)."""
+    page = (REPO_ROOT / "docs" / "reproduce.md").read_text()
+    assert "<!-- paper table -->" in page and "| paper row |" not in page
+    table = reproduce_table()
+    for config in CONFIGS.values():
+        (row,) = [line for line in table.splitlines() if f"--config paper/{config.name}`" in line]
+        assert row.startswith(f"| {config.row} | {config.score} | `accelerate launch recipes/{config.recipe}.py ")

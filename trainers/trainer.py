@@ -228,8 +228,10 @@ class ContrastiveTrainer(Trainer):
         coordinates (the cosine re-normalises them), ``w_k`` ``matryoshka_weights`` (1 each by default). Where the
         head is used at inference (supervised SimCSE) ``v = z`` and this is MRL's loss as sentence-transformers'
         ``MatryoshkaLoss`` computes it; where the head is training-only (unsupervised SimCSE, WhitenedCSE's pooled
-        inference) the sizes are trained on the vectors users truncate, not on the head's. Returns ``(total,
-        {"matryoshka_<d>": L_c(v_{1:d}), ...})``."""
+        inference) the sizes are trained on the vectors users truncate, not on the head's. A term with extra
+        negatives (a queue, [`info_nce_loss`][csekit.modeling.losses.info_nce_loss]'s ``extra_negatives``) cuts them to
+        the size of the vectors it is given, ``queue[:, :vectors.shape[-1]]``, so each size contrasts them too.
+        Returns ``(total, {"matryoshka_<d>": L_c(v_{1:d}), ...})``."""
         config = self.accelerator.unwrap_model(model).config
         if not config.matryoshka_dims:
             return contrastive, {}
