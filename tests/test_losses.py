@@ -65,17 +65,17 @@ def direct_info_nce_torch(anchors, positives, hard_negatives, queue, mask, tempe
     """ESimCSE eq. 6 / MoCo with SimCSE's hard negatives, one anchor at a time and differentiable: the denominator sums
     every positive, every hard negative (the own one weighted) and every queue entry, less the masked candidates."""
     cos = torch.nn.functional.cosine_similarity
-    candidates = [(positives[j], 0.0) for j in range(len(positives))]
-    candidates += [(hard_negatives[j], j) for j in range(len(hard_negatives))]
-    candidates += [(entry, 0.0) for entry in queue]
+    # (vector, the anchor whose logit gets the weight: its own hard negative; -1 for none)
+    candidates = [(vector, -1) for vector in positives]
+    candidates += [(vector, j) for j, vector in enumerate(hard_negatives)]
+    candidates += [(vector, -1) for vector in queue]
     losses = []
     for i in range(len(anchors)):
         terms = []
-        for column, (candidate, owner) in enumerate(candidates):
-            if mask[i, column]:
-                continue
-            bonus = weight if len(positives) <= column < 2 * len(positives) and owner == i else 0.0
-            terms.append(torch.exp(cos(anchors[i], candidate, dim=0) / temperature + bonus))
+        for index, (vector, weighted_anchor) in enumerate(candidates):
+            if not mask[i, index]:
+                bonus = weight if weighted_anchor == i else 0.0
+                terms.append(torch.exp(cos(anchors[i], vector, dim=0) / temperature + bonus))
         numerator = torch.exp(cos(anchors[i], positives[i], dim=0) / temperature)
         losses.append(-torch.log(numerator / torch.stack(terms).sum()))
     return torch.stack(losses).mean()
