@@ -20,6 +20,7 @@ docs/reproduce.md's table and the methods' pages are rendered from these headers
 
 import re
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 
 import yaml
@@ -64,12 +65,9 @@ def read_paper_config(path: Path) -> PaperConfig:
             break
         comments.append(line)
     block = []
-    for line in comments:
-        if line != "# paper:" and not (block and line.startswith("#   ")):
-            if block:
-                break
-            continue
-        block.append(line[2:])
+    if "# paper:" in comments:  # the mapping: its key line and the indented lines under it
+        below = comments[comments.index("# paper:") + 1:]
+        block = ["paper:", *(line[2:] for line in takewhile(lambda line: line.startswith("#   "), below))]
     try:
         header = yaml.safe_load("\n".join(block)) if block else None
     except yaml.YAMLError as error:
