@@ -183,6 +183,22 @@ register(Method(
     test_flags=("--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"),
 ))
 register(Method(
+    name="esimcse",
+    paper="Wu et al., 2022, ESimCSE: Enhanced Sample Building Method for Contrastive Learning of Unsupervised Sentence "
+          "Embedding",
+    config="csekit.modeling.configuration_esimcse:ESimCSEConfig",
+    model="csekit.modeling.modeling_esimcse:ESimCSEModel",
+    training_model="csekit.modeling.modeling_esimcse:ESimCSEForPreTraining",
+    trainer="csekit.trainers.esimcse:ESimCSETrainer",
+    exports=("csekit.trainers.esimcse:ESimCSECollator", "csekit.modeling.momentum:MomentumEncoder"),
+    recipe="csekit.recipes.esimcse",
+    card="esimcse.md",
+    gradient_caching=True,
+    stochastic={"subword repetition": (), "word repetition": ("--repetition_unit", "word")},
+    # a queue of 2 batches of the tests' 8 sentences: full from the third step on
+    test_flags=("--pooler_type", "cls", "--queue_size", "16"),
+))
+register(Method(
     name="clsr",
     paper="Qiu, Ding & Chen, Contrastive Learning of Sentence Representations",
     config="csekit.modeling.configuration_clsr:CLSRConfig",

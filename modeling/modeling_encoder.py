@@ -226,14 +226,18 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         attention_mask: torch.Tensor,
         token_type_ids: Optional[torch.Tensor] = None,
         token_weights: Optional[torch.Tensor] = None,
+        encoder: Optional[nn.Module] = None,
     ) -> torch.Tensor:
-        """Run the encoder on ``(n, seq_len)`` padded tokens and pool to ``(n, hidden)``."""
+        """Run the encoder (or ``encoder``, a copy of it such as a momentum encoder) on ``(n, seq_len)`` padded
+        tokens and pool to ``(n, hidden)``."""
         layers = self.pooling_layers
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        _, hidden_states, static = encoder_layer_states(self.encoder, layers, input_ids, attention_mask, **extra)
+        _, hidden_states, static = encoder_layer_states(encoder or self.encoder, layers, input_ids, attention_mask,
+                                                        **extra)
         return pool(self.config.pooler_type, layers, hidden_states, attention_mask, static, token_weights)
 
-    def pool_packed(self, input_ids: torch.Tensor, sequence_lengths: torch.Tensor) -> torch.Tensor:
+    def pool_packed(self, input_ids: torch.Tensor, sequence_lengths: torch.Tensor,
+                    encoder: Optional[nn.Module] = None) -> torch.Tensor:
         """Run the encoder on a packed ``(1, N)`` row of ``sequence_lengths.numel()`` sentences (see ``packing.py``)
         and pool to ``(sentences, hidden)``. The positions restart at every sentence (from the backbone's own first
         position id), the boundaries reach the attention function through the backbone's ``**kwargs``, and the
@@ -242,8 +246,9 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         are the backbone's default zeros, as a tokenizer gives them for single sentences."""
         packed = PackedSequences.from_lengths(sequence_lengths)
         layers = self.pooling_layers
-        position_ids = (packed.positions + position_offset(self.encoder))[None]
-        _, hidden_states, static = encoder_layer_states(self.encoder, layers, input_ids, None,
+        encoder = encoder or self.encoder
+        position_ids = (packed.positions + position_offset(encoder))[None]
+        _, hidden_states, static = encoder_layer_states(encoder, layers, input_ids, None,
                                                         position_ids=position_ids, **packed.attention_kwargs())
         hidden_states = {i: packed.unpack(hidden_states[i]) for i in layers if i != STATIC_EMBEDDINGS_LAYER}
         return pool(self.config.pooler_type, layers, hidden_states, packed.attention_mask, packed.unpack(static))
@@ -255,18 +260,20 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         token_type_ids: Optional[torch.Tensor] = None,
         token_weights: Optional[torch.Tensor] = None,
         sequence_lengths: Optional[torch.Tensor] = None,
+        encoder: Optional[nn.Module] = None,
     ) -> torch.Tensor:
         """Pooled ``(batch[, views], hidden)`` vectors of a padded ``(batch[, views], seq_len)`` batch or, given
         ``sequence_lengths (batch, views)``, of a packed ``(1, N)`` row.
 
         Padded views of different lengths (supervised columns: premise, entailment, contradiction) are encoded
         one view at a time, each cut to its own longest sentence, as sentence-transformers pads each column: the
-        encoder never computes positions that only another column needed.
+        encoder never computes positions that only another column needed. ``encoder``: another network than
+        ``self.encoder`` of the same architecture (a momentum encoder).
         """
         if sequence_lengths is not None:
             if token_weights is not None:
                 raise ValueError("token_weights are not supported for packed batches")
-            return self.pool_packed(input_ids, sequence_lengths).reshape(*sequence_lengths.shape, -1)
+            return self.pool_packed(input_ids, sequence_lengths, encoder).reshape(*sequence_lengths.shape, -1)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         inputs = (input_ids, attention_mask, token_type_ids, token_weights)
@@ -276,8 +283,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
             if (ends != ends[0]).any():
                 views = [[None if t is None else t[:, view, : int(end)] for t in inputs]
                          for view, end in enumerate(ends.tolist())]
-                return torch.stack([self.pool_tokens(*view) for view in views], dim=1)
-        return self.pool_tokens(*map(flatten_views, inputs)).reshape(*input_ids.shape[:-1], -1)
+                return torch.stack([self.pool_tokens(*view, encoder=encoder) for view in views], dim=1)
+        return self.pool_tokens(*map(flatten_views, inputs), encoder=encoder).reshape(*input_ids.shape[:-1], -1)
 
     def forward(
         self,
