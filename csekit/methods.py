@@ -43,12 +43,15 @@ class Method:
         mixed_precision: ``--bf16`` / ``--fp16`` autocast apply to its training.
         processes: how several processes relate to one: ``"global"`` (N processes with batch B train exactly what
             one process with batch N x B trains), ``"per-process whitening"`` (the same, but each process whitens its
-            own batch, as the authors' code does).
+            own batch, as the authors' code does), ``"per-process batch statistics"`` (each process normalises its
+            own batch and averages a per-token loss over it, as the authors' code under DDP: no one-process
+            equivalent).
         gradient_caching: ``--mini_batch_size`` applies to it: its model splits a batch into chunks and joins their
             outputs (``split_chunks`` / ``chunk_forward`` / ``merge_chunks``), exactly (``trainers/gradient_cache.py``).
         stochastic: the random draws of its training, ``{label: recipe flags that turn it on}``; resuming after a
             kill must repeat every one of them exactly.
-        test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8.
+        test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8
+            (``{backbone}``: that backbone's folder).
         test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
     """
 
@@ -197,6 +200,27 @@ register(Method(
     stochastic={"subword repetition": (), "word repetition": ("--repetition_unit", "word")},
     # a queue of 2 batches of the tests' 8 sentences: full from the third step on
     test_flags=("--pooler_type", "cls", "--queue_size", "16"),
+))
+register(Method(
+    name="diffcse",
+    paper="Chuang et al., 2022, DiffCSE: Difference-based Contrastive Learning for Sentence Embeddings",
+    config="csekit.modeling.configuration_diffcse:DiffCSEConfig",
+    model="csekit.modeling.modeling_diffcse:DiffCSEModel",
+    training_model="csekit.modeling.modeling_diffcse:DiffCSEForPreTraining",
+    trainer="csekit.trainers.diffcse:DiffCSETrainer",
+    exports=("csekit.trainers.diffcse:DiffCSECollator",),
+    recipe="csekit.recipes.diffcse",
+    card="diffcse.md",
+    # the replaced-token loss averages over the padded batch, padding included (the authors' code)
+    packing=False,
+    # each process batch-normalises its own sentences and averages its own replaced-token loss (their DDP)
+    processes="per-process batch statistics",
+    # not exact in chunks: the projection head's batch normalisation and the discriminator's input need the whole
+    # batch's sentence vectors before any chunk's replaced-token loss can be computed
+    gradient_caching=False,
+    stochastic={"dropout and masks": ()},
+    # the generator: the tests' backbone with a fresh masked-LM head (``{backbone}``: tests/conftest.py)
+    test_flags=("--pooler_type", "cls", "--generator_name_or_path", "{backbone}"),
 ))
 register(Method(
     name="clsr",

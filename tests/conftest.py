@@ -171,12 +171,14 @@ def saved_tiny_model(tmp_path_factory, tokenizer):
 
 
 # ------------------------------------------------------------------------------------------------ tiny recipe runs
-def recipe_flags(method: str) -> list:
+def recipe_flags(method, backbone=None) -> list:
     """The method flags that build a recipe's model on the 2-layer, hidden-32 test backbone: the registry's
-    ``test_flags`` (`csekit.methods`)."""
+    ``test_flags`` (`csekit.methods`), ``{backbone}`` there standing for ``backbone``'s folder (DiffCSE's
+    generator: the backbone with a fresh masked-LM head)."""
     from csekit.methods import get_method
 
-    return list(get_method(method).test_flags)
+    flags = (get_method(method) if isinstance(method, str) else method).test_flags
+    return [str(backbone) if flag == "{backbone}" and backbone is not None else flag for flag in flags]
 
 
 def record_output_dtypes(model, seen: dict) -> None:

@@ -32,7 +32,7 @@ def train(method: str, backbone: Path, corpus: Path, out: Path, *extra) -> list:
     return ["train", method, "--model_name_or_path", str(backbone), "--train_file", str(corpus), "--output_dir",
             str(out), "--per_device_train_batch_size", "8", "--max_steps", "4", "--save_steps", "2", "--eval_strategy",
             "no", "--load_best_model_at_end", "false", "--max_seq_length", "16", "--do_test_eval", "false",
-            "--disable_tqdm", "true", *recipe_flags(method), *extra]
+            "--disable_tqdm", "true", *recipe_flags(method, backbone), *extra]
 
 
 @pytest.mark.parametrize("method", [name for name, method in METHODS.items()

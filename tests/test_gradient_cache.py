@@ -19,6 +19,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from conftest import recipe_flags
 from csekit.methods import METHODS
 
 BATCH, CHUNK = 8, 3  # chunks of 3, 3 and 2 examples: a last chunk smaller than the others
@@ -96,7 +97,7 @@ def build(method, backbone, tmp_path, *flags, dtype=torch.float32):
     argv = ["--model_name_or_path", str(backbone), "--output_dir", str(tmp_path / "out"),
             "--per_device_train_batch_size", str(BATCH), "--max_seq_length", "16", "--report_to", "none",
             "--eval_strategy", "no", "--load_best_model_at_end", "false", "--disable_tqdm", "true",
-            *method.test_flags, *flags]
+            *recipe_flags(method, backbone), *flags]
     model_args, data_args, training_args, extra_args = recipe.parse(argv)
     torch.manual_seed(0)
     model = recipe.build_model(str(backbone), model_args).to(dtype)

@@ -45,7 +45,7 @@ def train_recording(method: str, backbone: Path, corpus: Path, output_dir: Path,
     argv = ["--model_name_or_path", backbone, "--train_file", corpus, "--output_dir", output_dir,
             "--per_device_train_batch_size", 8, "--max_steps", 2, "--save_steps", 2, "--eval_strategy", "no",
             "--load_best_model_at_end", "false", "--logging_steps", 1, "--max_seq_length", 16, "--do_test_eval",
-            "false", "--seed", 7, *recipe_flags(method), *extra]
+            "false", "--seed", 7, *recipe_flags(method, backbone), *extra]
     run_recipe(dataclasses.replace(recipe, trainer_class=Recording), *recipe.parse([str(a) for a in argv]))
     return seen
 

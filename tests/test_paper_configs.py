@@ -137,6 +137,8 @@ def build_contrastive(name, tiny, tmp_path, tokenizer, data_dir):
     argv = ["--config", f"paper/{name}", "--model_name_or_path", str(tiny), "--output_dir", str(tmp_path / "out"),
             "--train_file", "wiki/wiki1m_for_simcse.txt", "--fp16", "false",  # fp16 needs a GPU
             *scaled_flags(read_yaml(name))]
+    if "generator_name_or_path" in read_yaml(name):  # DiffCSE's generator: the tiny masked LM stands in for it too
+        argv += ["--generator_name_or_path", str(tiny)]
     model_args, data_args, training_args, extra_args = module.RECIPE.parse(argv)
     assert training_args.per_device_train_batch_size == read_yaml(name)["per_device_train_batch_size"]
     model = module.RECIPE.build_model(str(tiny), model_args)
@@ -180,6 +182,7 @@ def test_config_builds_its_model_without_error_or_warning(name, tmp_path, tokeni
     expected = {k: v for k, v in CONFIGS[name].settings.items() if k in fields}
     expected.pop("representation_size", None)
     expected.pop("num_groups", None)
+    expected.pop("generator_name_or_path", None)  # the tiny stand-in (build_contrastive)
     assert {k: getattr(config, k) for k in expected} == expected  # the YAML's values reached the model config
     if "num_groups" in CONFIGS[name].settings:  # the paper's 2 channels per group, fewer than the batch's sentences
         assert config.group_width == BASE_HIDDEN // CONFIGS[name].settings["num_groups"] == 2

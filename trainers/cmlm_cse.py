@@ -85,12 +85,17 @@ class CMLMCSECollator(ContrastiveCollator):
     def draws_at_random(self) -> bool:
         return True
 
+    @property
+    def mask_rate(self) -> float:
+        """The share of non-special tokens selected (the config's ``mask_rate``)."""
+        return self.config.mask_rate
+
     def mask_tokens(self, tokens: torch.Tensor, generator: torch.Generator) -> tuple:
         """``(inputs, labels)`` of one sentence's real tokens ``(L,)``: BERT's 80/10/10 rule with ``generator``."""
         def coin(probability: float) -> torch.Tensor:
             return torch.bernoulli(torch.full(tokens.shape, probability), generator=generator).bool()
 
-        selected = coin(self.config.mask_rate) & ~torch.isin(tokens, self.special_ids)
+        selected = coin(self.mask_rate) & ~torch.isin(tokens, self.special_ids)
         to_mask = coin(0.8) & selected
         to_random = coin(0.5) & selected & ~to_mask
         random_words = torch.randint(len(self.tokenizer), tokens.shape, generator=generator)

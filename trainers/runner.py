@@ -294,6 +294,8 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
     if test is not None:
         GeometryEvaluator(data_dir, isoscore_sentences=[])  # the card's figure reads STS-B train: checked now
     model_path = resolve_model_path(model_args.model_name_or_path)
+    for name in getattr(recipe.config_class, "model_path_fields", ()):  # further models a method loads (a generator)
+        resolve_model_path(getattr(model_args, name))
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
     check_lengths(model_args, model_path, tokenizer, max_seq_length=data_args.max_seq_length)
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
