@@ -248,6 +248,7 @@ class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
 
     published_class = CMLMCSEModel
     auxiliary_modules = ("auxiliary",)
+    frozen_modules = ("auxiliary.extractor",)
 
     def __init__(self, config: CMLMCSEConfig):
         super().__init__(config)
@@ -273,13 +274,6 @@ class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
         else:
             model.auxiliary.head.load_state_dict(head)
             logger.info("the auxiliary MLM head is the pretrained head of %s", encoder_name_or_path)
-        return model
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs) -> "CMLMCSEForPreTraining":
-        """A training checkpoint (auxiliary network included), with the extractor frozen again."""
-        model = super().from_pretrained(*args, **kwargs)
-        model.auxiliary.extractor.requires_grad_(False)  # loading materialises parameters that require grad
         return model
 
     def forward(

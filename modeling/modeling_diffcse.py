@@ -108,6 +108,7 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
 
     published_class = DiffCSEModel
     auxiliary_modules = ("generator", "discriminator", "electra_head")
+    frozen_modules = ("generator",)
 
     def __init__(self, config: DiffCSEConfig):
         super().__init__(config)
@@ -129,13 +130,6 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
                                          if key != "_name_or_path"}
         model.discriminator = copy.deepcopy(model.encoder)
         model.electra_head.reset_parameters()
-        return model
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs) -> "DiffCSEForPreTraining":
-        """A training checkpoint (generator, discriminator and head included), the generator frozen again."""
-        model = super().from_pretrained(*args, **kwargs)
-        model.generator.requires_grad_(False)  # loading materialises parameters that require grad
         return model
 
     def packing_unsupported(self) -> Optional[str]:

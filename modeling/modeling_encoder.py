@@ -496,6 +496,17 @@ class SentenceEncoderForTraining:
 
     published_class: type = None
     auxiliary_modules: tuple = ()
+    frozen_modules: tuple = ()  # submodules that never train (names as get_submodule takes them)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """A training checkpoint (auxiliary networks included), its
+        [`frozen_modules`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.frozen_modules] frozen again
+        (loading materialises parameters that require grad)."""
+        model = super().from_pretrained(*args, **kwargs)
+        for name in cls.frozen_modules:
+            model.get_submodule(name).requires_grad_(False)
+        return model
 
     def sentence_encoder(self) -> SentenceEncoderPreTrainedModel:
         """A [`published_class`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.published_class] model

@@ -60,6 +60,7 @@ class ESimCSEForPreTraining(SentenceEncoderForTraining, ESimCSEModel):
 
     published_class = ESimCSEModel
     auxiliary_modules = ("momentum",)
+    frozen_modules = ("momentum.encoder",)
 
     def __init__(self, config: ESimCSEConfig):
         super().__init__(config)
@@ -75,13 +76,6 @@ class ESimCSEForPreTraining(SentenceEncoderForTraining, ESimCSEModel):
         """Pretrained backbone; the momentum encoder starts as a copy of it."""
         model = super().from_encoder(encoder_name_or_path, **config_kwargs)
         model.momentum = model._build_momentum()
-        return model
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs) -> "ESimCSEForPreTraining":
-        """A training checkpoint (momentum encoder and queue included), the momentum encoder frozen again."""
-        model = super().from_pretrained(*args, **kwargs)
-        model.momentum.encoder.requires_grad_(False)  # loading materialises parameters that require grad
         return model
 
     def forward(

@@ -92,11 +92,11 @@ class MomentumEncoder(nn.Module):
         if not staged or size == 0:
             return
         length = int(self.queue_length)
+        new_length = min(size, length + sum(item[self.queue_names[0]].shape[0] for item in staged))
         for name in self.queue_names:
             buffer = getattr(self, f"queue_{name}")
-            keys = torch.cat([buffer[size - length:], *(item[name].to(buffer) for item in staged)])[-size:]
-            buffer[size - keys.shape[0]:] = keys
-            new_length = keys.shape[0]
+            keys = torch.cat([buffer[size - length:], *(item[name].to(buffer) for item in staged)])
+            buffer[size - new_length:] = keys[keys.shape[0] - new_length:]
         self.queue_length.fill_(new_length)
 
     def start_epoch(self, epoch: int) -> None:

@@ -148,13 +148,17 @@ def test_the_discriminator_sees_the_sentence_vector(tokenizer):
         assert model(**batch).rtd_loss.item() != pytest.approx(first, rel=1e-6)
 
 
-def test_the_published_model_has_no_training_only_networks(tokenizer):
+def test_the_published_model_has_no_training_only_networks(tokenizer, tmp_path):
     model = DiffCSEForPreTraining(tiny_config())
     published = model.sentence_encoder()
     training_only = ("generator.", "discriminator.", "electra_head.")
     assert not any(name.startswith(training_only) for name in published.state_dict())
     assert {n for n in model.state_dict() if not n.startswith(training_only)} == set(published.state_dict())
     assert any(name.startswith("mlp.net.1.running_mean") for name in published.state_dict())
+    model.save_pretrained(tmp_path / "checkpoint")
+    restored = DiffCSEForPreTraining.from_pretrained(tmp_path / "checkpoint")
+    assert not any(p.requires_grad for p in restored.generator.parameters())  # frozen again
+    assert all(p.requires_grad for p in restored.discriminator.parameters())
 
 
 def test_a_generator_with_another_vocabulary_is_refused(tokenizer, tmp_path):

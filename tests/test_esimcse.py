@@ -268,6 +268,12 @@ def test_the_published_model_has_no_momentum_encoder_and_checkpoints_keep_it(tok
     assert not any(name.startswith("momentum.") for name in published.state_dict())
     assert any(name.startswith("momentum.queue_") for name in model.state_dict())
     assert {n for n in model.state_dict() if not n.startswith("momentum.")} == set(published.state_dict())
+    model.momentum.stage(keys=torch.ones(3, 32))
+    model.momentum.enqueue_staged()
+    model.save_pretrained(tmp_path / "checkpoint")
+    restored = ESimCSEForPreTraining.from_pretrained(tmp_path / "checkpoint")
+    assert not any(p.requires_grad for p in restored.momentum.encoder.parameters())  # frozen again
+    assert torch.equal(restored.momentum.queue(), torch.ones(3, 32))  # the queue is in the checkpoint
 
 
 def test_the_queue_keeps_the_newest_keys_in_order_and_empties_at_a_new_epoch():
