@@ -23,6 +23,10 @@ def load_object(reference: str):
     return getattr(import_module(module), name)
 
 
+# how several processes relate to one (`Method.processes`); the conformance suite knows each
+PROCESSES = ("global", "per-process whitening", "per-process batch statistics")
+
+
 @dataclass(frozen=True)
 class Method:
     """One training method: its files, its defaults and what it can do.
@@ -239,4 +243,5 @@ register(Method(
     test_data="pairs",
 ))
 
-__all__ = ["METHODS", "Method", "classes_in", "get_method", "load_object", "method_of_model_type", "register"]
+__all__ = ["METHODS", "PROCESSES", "Method", "classes_in", "get_method", "load_object", "method_of_model_type",
+           "register"]

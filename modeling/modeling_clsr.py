@@ -85,9 +85,10 @@ class CLSRModel(SentenceEncoderPreTrainedModel):
         self.encoder.eval()  # no dropout in the frozen backbone: training and inference see the same features
         return self
 
-    def pool_tokens(self, input_ids, attention_mask, token_type_ids=None, token_weights=None) -> torch.Tensor:
+    def pool_tokens(self, input_ids, attention_mask, token_type_ids=None, token_weights=None,
+                    encoder=None) -> torch.Tensor:
         with torch.no_grad():
-            return super().pool_tokens(input_ids, attention_mask, token_type_ids, token_weights)
+            return super().pool_tokens(input_ids, attention_mask, token_type_ids, token_weights, encoder)
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.mlp(pooled)

@@ -37,7 +37,7 @@ def test_a_public_name_without_an_anchor_and_a_published_build_file_are_found(tm
     names = check_site.public_names()
     assert {"csekit.modeling.modeling_simcse.SimCSEModel", "csekit.trainers.simcse.SimCSETrainer",
             "csekit.evaluation.sts.STSEvaluator", "csekit.publishing.model_card.write_model_card"} <= set(names)
-    anchors = "".join(f'<h3 id="{name}">x</h3>' for name in names if not name.endswith("SimCSETrainer"))
+    anchors = "".join(f'<h3 id="{name}">x</h3>' for name in names if not name.endswith(".SimCSETrainer"))
     (tmp_path / "api").mkdir()
     (tmp_path / "api" / "index.html").write_text(CLEAN + anchors)
     assert check_site.site_problems(tmp_path) == ["no anchor for the public name csekit.trainers.simcse.SimCSETrainer"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, load_weights
-from csekit.methods import METHODS, Method, get_method, register
+from csekit.methods import METHODS, PROCESSES, Method, get_method, register
 
 
 def test_every_list_of_methods_in_the_library_is_the_registry():
@@ -160,5 +160,5 @@ def test_the_per_optimizer_step_hook_runs_once_per_update(tmp_path, tiny_backbon
 def test_method_capabilities_are_declared_with_their_meaning():
     for method in METHODS.values():
         assert isinstance(method, Method)
-        assert method.processes in ("global", "per-process whitening"), method.name
+        assert method.processes in PROCESSES, method.name
         assert method.test_data in ("sentences", "pairs") and method.stochastic, method.name

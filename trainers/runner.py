@@ -294,8 +294,6 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
     if test is not None:
         GeometryEvaluator(data_dir, isoscore_sentences=[])  # the card's figure reads STS-B train: checked now
     model_path = resolve_model_path(model_args.model_name_or_path)
-    for name in getattr(recipe.config_class, "model_path_fields", ()):  # further models a method loads (a generator)
-        resolve_model_path(getattr(model_args, name))
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
     check_lengths(model_args, model_path, tokenizer, max_seq_length=data_args.max_seq_length)
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
@@ -314,6 +312,8 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
         if getattr(training_args, flag, None) and not recipe.method.gradient_caching:
             raise DataError(f"--{flag}: {recipe.method.name} does not support gradient caching (the registry's "
                             "gradient_caching capability)")
+    for name in getattr(recipe.config_class, "model_path_fields", ()):  # further models a method loads (a generator)
+        resolve_model_path(getattr(model_args, name))
     return CheckedRun(folder, resume, accepted, record, publish, data_dir, dev, test, model_path, tokenizer,
                       train_dataset, columns)
 
