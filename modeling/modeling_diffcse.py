@@ -89,6 +89,11 @@ class DiffCSEModel(SimCSEModel):
         return super().inference_head_layers()
 
 
+def generator_architecture(settings: dict) -> dict:
+    """A generator config's settings without the folder it was read from (``config.generator_config``)."""
+    return {key: value for key, value in settings.items() if key != "_name_or_path"}
+
+
 def load_generator(name_or_path: str, vocab_size: int) -> nn.Module:
     """The frozen masked-LM generator at ``name_or_path`` (float32; a folder or a Hub id through the cache)."""
     generator = AutoModelForMaskedLM.from_pretrained(name_or_path, dtype=torch.float32)
@@ -112,8 +117,8 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
 
     def __init__(self, config: DiffCSEConfig):
         super().__init__(config)
-        settings = config.generator_config or AutoConfig.from_pretrained(config.generator_name_or_path).to_dict()
-        settings = {key: value for key, value in settings.items() if key != "_name_or_path"}
+        settings = generator_architecture(config.generator_config or
+                                          AutoConfig.from_pretrained(config.generator_name_or_path).to_dict())
         self.generator = AutoModelForMaskedLM.from_config(AutoConfig.for_model(**settings)).requires_grad_(False)
         config.generator_config = settings
         self.discriminator = copy.deepcopy(self.encoder)
@@ -126,8 +131,7 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
         model = super().from_encoder(encoder_name_or_path, **config_kwargs)
         generator = load_generator(model.config.generator_name_or_path, model.config.encoder_config.vocab_size)
         model.generator = generator
-        model.config.generator_config = {key: value for key, value in generator.config.to_dict().items()
-                                         if key != "_name_or_path"}
+        model.config.generator_config = generator_architecture(generator.config.to_dict())
         model.discriminator = copy.deepcopy(model.encoder)
         model.electra_head.reset_parameters()
         return model

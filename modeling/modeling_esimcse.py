@@ -26,6 +26,7 @@ from .configuration_esimcse import ESimCSEConfig
 from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderForTraining
 from .modeling_simcse import SimCSEModel
 from .momentum import MomentumEncoder
+from .packing import view_tokens
 
 
 @dataclass
@@ -99,10 +100,8 @@ class ESimCSEForPreTraining(SentenceEncoderForTraining, ESimCSEModel):
         """``(keys, vectors)`` of view 0: the momentum encoder's pooled vectors through the trained head (and,
         with Matryoshka sizes, through the inference head; else ``None``)."""
         if sequence_lengths is not None:  # view 0's sequences of the example-major packed row
-            views = torch.arange(sequence_lengths.shape[1], device=input_ids.device).repeat(sequence_lengths.shape[0])
-            first = torch.repeat_interleave(views, sequence_lengths.flatten()) == 0
-            pooled = self.pool_views(input_ids[:, first], sequence_lengths=sequence_lengths[:, :1],
-                                     encoder=self.momentum.encoder)[:, 0]
+            pooled = self.pool_views(view_tokens(input_ids, sequence_lengths, 0),
+                                     sequence_lengths=sequence_lengths[:, :1], encoder=self.momentum.encoder)[:, 0]
         else:
             def first(tensor):
                 return None if tensor is None else tensor[:, 0]

@@ -178,6 +178,13 @@ def packed_mask(*args, attention_mask=None, **kwargs):
     return None if attention_mask is None else sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
 
 
+def view_tokens(input_ids: torch.Tensor, sequence_lengths: torch.Tensor, view: int) -> torch.Tensor:
+    """The tokens of one view's sequences in an example-major packed row ``(1, N)`` of ``sequence_lengths (batch,
+    views)`` (every example's views back to back): a ``(1, sequence_lengths[:, view].sum())`` row, in order."""
+    views = torch.arange(sequence_lengths.shape[1], device=input_ids.device).repeat(sequence_lengths.shape[0])
+    return input_ids[:, torch.repeat_interleave(views, sequence_lengths.flatten()) == view]
+
+
 def register_packed_attention() -> None:
     """Make [`PACKED_ATTENTION`][csekit.modeling.packing.PACKED_ATTENTION] a name transformers resolves (idempotent)."""
     AttentionInterface.register(PACKED_ATTENTION, packed_attention)

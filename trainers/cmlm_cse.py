@@ -28,6 +28,7 @@ import torch
 from ..errors import DataError
 from ..modeling import CMLMCSEConfig
 from ..modeling.modeling_cmlm_cse import IGNORE_INDEX
+from ..modeling.packing import view_tokens
 from .collators import ContrastiveCollator
 from .simcse import SimCSETrainer
 
@@ -63,8 +64,7 @@ class CMLMCSECollator(ContrastiveCollator):
         batch = super().__call__(features)
         if self.padding_free:  # the tokens of view 0's sequences, in order
             lengths = batch["sequence_lengths"]
-            view = torch.arange(lengths.shape[1]).repeat(lengths.shape[0])
-            originals = batch["input_ids"][:, torch.repeat_interleave(view, lengths.flatten()) == 0]
+            originals = view_tokens(batch["input_ids"], lengths, 0)
             rows = list(originals[0].split(lengths[:, 0].tolist()))
         else:
             originals = batch["input_ids"][:, 0]
