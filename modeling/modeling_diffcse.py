@@ -123,6 +123,20 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
         config.generator_config = settings
         self.discriminator = copy.deepcopy(self.encoder)
         self.electra_head = nn.Linear(config.hidden_size, 2)
+        self.condition_discriminator()
+
+    def condition_discriminator(self) -> None:
+        """Hook the discriminator's embeddings once: while ``replaced_token_detection`` runs, its first position
+        (after LayerNorm and dropout) is the sentence vector ``h``. A hook kept for the model's life, not added per
+        call, so a compiled step has no graph break."""
+        self._rtd_vectors = None
+
+        def condition(module, inputs, output):
+            if self._rtd_vectors is None:  # the discriminator called on its own
+                return output
+            return torch.cat([self._rtd_vectors.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
+
+        self.discriminator.embeddings.register_forward_hook(condition)
 
     @classmethod
     def from_encoder(cls, encoder_name_or_path: str, **config_kwargs) -> "DiffCSEForPreTraining":
@@ -133,6 +147,7 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
         model.generator = generator
         model.config.generator_config = generator_architecture(generator.config.to_dict())
         model.discriminator = copy.deepcopy(model.encoder)
+        model.condition_discriminator()
         model.electra_head.reset_parameters()
         return model
 
@@ -172,17 +187,12 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
             filled = self.generator(input_ids=masked, attention_mask=mask).logits.argmax(-1)
         filled[:, 0] = tokens[:, 0]  # the first token ([CLS] / <s>) stays
         replaced = (filled != tokens).long() * mask
-        vectors = embeddings.reshape(-1, embeddings.shape[-1])
-
-        def condition(module, inputs, output):  # h takes the first position, after LayerNorm and dropout
-            return torch.cat([vectors.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
-
-        hook = self.discriminator.embeddings.register_forward_hook(condition)
+        self._rtd_vectors = embeddings.reshape(-1, embeddings.shape[-1])  # h takes the first position
         try:
             extra = {} if token_types is None else {"token_type_ids": token_types}
             hidden = self.discriminator(input_ids=filled * mask, attention_mask=mask, **extra).last_hidden_state
         finally:
-            hook.remove()
+            self._rtd_vectors = None
         logits = self.electra_head(hidden)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         loss = F.cross_entropy(logits.reshape(-1, 2), replaced.reshape(-1))

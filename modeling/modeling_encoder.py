@@ -277,8 +277,9 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         inputs = (input_ids, attention_mask, token_type_ids, token_weights)
-        if input_ids.dim() == 3 and input_ids.shape[1] > 1:
-            # one past the last real token of each view (right or left padding alike)
+        if input_ids.dim() == 3 and input_ids.shape[1] > 1 and not torch.compiler.is_compiling():
+            # one past the last real token of each view (right or left padding alike); compiled, the views run
+            # together at the batch's length (the same vectors: padding is masked), with no host read
             ends = (attention_mask * torch.arange(1, input_ids.shape[-1] + 1, device=input_ids.device)).amax((0, 2))
             if (ends != ends[0]).any():
                 views = [[None if t is None else t[:, view, : int(end)] for t in inputs]

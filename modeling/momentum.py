@@ -77,6 +77,13 @@ class MomentumEncoder(nn.Module):
         keys = getattr(self, f"queue_{name}")
         return keys[keys.shape[0] - length:]
 
+    def queue_slots(self, name: str = "keys") -> tuple:
+        """``(slots, empty)``: every slot of the queue ``name``, ``(queue_size, width)``, and ``(queue_size,)`` True
+        where a slot holds no key yet. Fixed shapes and no host read, so a compiled step takes it as it is; a loss
+        that masks the empty slots equals one over [`queue`][csekit.modeling.momentum.MomentumEncoder.queue]."""
+        slots = getattr(self, f"queue_{name}")
+        return slots, torch.arange(slots.shape[0], device=slots.device) < slots.shape[0] - self.queue_length
+
     def stage(self, **keys: torch.Tensor) -> None:
         """Keep one micro-batch's keys (every queue's, each ``(n, width)``, gathered from every process) until
         [`enqueue_staged`][csekit.modeling.momentum.MomentumEncoder.enqueue_staged]."""

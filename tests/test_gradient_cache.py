@@ -235,11 +235,11 @@ def inputs_of(inputs: dict, start: int, end: int) -> dict:
     lengths = inputs.get("sequence_lengths")
     if lengths is None:
         return {name: value[start:end] for name, value in inputs.items()}
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.sum(dim=1).cumsum(0)])
+    offsets = torch.cat([lengths.new_zeros(1), lengths.sum(dim=1).cumsum(0)])
     chunk = {"input_ids": inputs["input_ids"][:, offsets[start] : offsets[end]],
              "sequence_lengths": lengths[start:end]}
     if "mlm_input_ids" in inputs:
-        first = torch.cat([torch.zeros(1, dtype=torch.long), lengths[:, 0].cumsum(0)])
+        first = torch.cat([lengths.new_zeros(1), lengths[:, 0].cumsum(0)])
         for name in ("mlm_input_ids", "mlm_labels"):
             chunk[name] = inputs[name][:, first[start] : first[end]]
     return chunk

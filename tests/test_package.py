@@ -51,6 +51,19 @@ def test_setup_installs_one_namespace_over_the_design_card_folders():
     assert config["options.entry_points"]["console_scripts"].strip() == "csekit = csekit.cli:main"
 
 
+def test_the_checkouts_csekit_folder_is_the_whole_package():
+    """csekit/modeling, csekit/trainers, ... link the design card's folders, so the checkout on sys.path (pytest's
+    ``pythonpath = .``, an editor) resolves ``csekit.modeling`` to the same files a plain install holds."""
+    for package, folder in PACKAGE_DIRS.items():
+        if package != "csekit":
+            link = REPO_ROOT / "csekit" / package.split(".")[1]
+            assert link.is_symlink() and link.resolve() == (REPO_ROOT / folder).resolve(), link
+    result = fresh_python("import csekit.modeling, csekit.trainers.runner, csekit.recipes.simcse; "
+                          "print(csekit.modeling.__file__)", cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith(str(REPO_ROOT / "csekit" / "modeling"))
+
+
 def test_import_csekit_registers_models_and_is_lean():
     # what transformers loads by itself for a model class (transformers 5.15 imports sklearn with BertModel)
     baseline = fresh_python("import sys, transformers; from transformers import PreTrainedModel, BertModel; "

@@ -60,6 +60,7 @@ class ContrastiveCollator:
             [`enable_padding_free`][csekit.trainers.collators.enable_padding_free]).
         draws: the seeds of every random draw the collator makes (``randomness.py``): per example and epoch, so a
             resumed run collates the uninterrupted run's batches.
+        pad_to_multiple_of: padded batches are padded to a multiple of it (few shapes for a compiled step).
         text_ids: also return ``text_ids (batch, columns)``, a 63-bit hash of each example's texts (``sent0``,
             ``sent1``, ``hard_neg``) before any augmentation: equal texts, equal ids (``--duplicate_negatives``).
     """
@@ -71,6 +72,7 @@ class ContrastiveCollator:
     padding_free: bool = False
     draws: ExampleDraws = field(default_factory=ExampleDraws)
     text_ids: bool = False
+    pad_to_multiple_of: Optional[int] = None
 
     @property
     def draws_at_random(self) -> bool:
@@ -113,7 +115,8 @@ class ContrastiveCollator:
         }
 
     def tokenize(self, texts: list) -> dict:
-        return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+                              pad_to_multiple_of=self.pad_to_multiple_of)
 
     def pack(self, views: list) -> dict:
         """``{"input_ids": (1, N), "sequence_lengths": (batch, views)}``: the views' tokens (truncated at

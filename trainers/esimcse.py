@@ -86,7 +86,7 @@ class ESimCSECollator(ContrastiveCollator):
         padding side and pad token; ``attention_mask`` and ``token_type_ids`` as the tokenizer gives them)."""
         batch_size = len(views[0])
         flat = [{"input_ids": ids} for example in range(batch_size) for ids in (view[example] for view in views)]
-        padded = self.tokenizer.pad(flat, padding=True, return_tensors="pt")
+        padded = self.tokenizer.pad(flat, padding=True, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
         padded = {name: value.view(batch_size, len(views), -1) for name, value in padded.items()}
         if "token_type_ids" in self.tokenizer.model_input_names:  # single sentences: all zeros, as tokenizing gives
             padded["token_type_ids"] = torch.zeros_like(padded["input_ids"])
@@ -115,15 +115,20 @@ class ESimCSETrainer(SimCSETrainer):
         network = self.accelerator.unwrap_model(model)
         config, momentum = network.config, network.momentum
         training = outputs.queue_keys is not None
-        if training:
-            momentum.start_epoch(math.floor((self.state.epoch or 0) + 1e-6))
-        queue, queue_vectors = momentum.queue("keys"), (momentum.queue("vectors") if config.matryoshka_dims else None)
+        # every slot of the queue, its empty ones masked: fixed shapes and no host read (the same loss as the
+        # filled keys alone, since a masked logit adds exp(-inf) = 0)
+        queue, empty = momentum.queue_slots("keys")
+        queue_vectors = momentum.queue_slots("vectors")[0] if config.matryoshka_dims else None
         in_batch = self.duplicate_mask(inputs)
 
-        def term(embeddings, negatives):  # (batch, 2, size), (queue, size) or None
+        def term(embeddings, negatives):  # (batch, 2, size), (queue_size, size) or None
+            batch = embeddings.shape[0]
             mask = in_batch
-            if mask is not None and negatives is not None:  # the queue's keys are never masked
-                mask = torch.cat([mask, mask.new_zeros(mask.shape[0], negatives.shape[0])], dim=1)
+            if mask is None:
+                mask = torch.zeros(batch, batch * self.accelerator.num_processes, dtype=torch.bool,
+                                   device=embeddings.device)
+            if negatives is not None:  # the queue's keys are never masked, its empty slots always
+                mask = torch.cat([mask, empty[None].expand(batch, -1)], dim=1)
             return info_nce_loss(embeddings[:, 0], embeddings[:, 1], temperature=config.temperature,
                                  rank=self.accelerator.process_index, world_size=self.accelerator.num_processes,
                                  candidate_mask=mask, extra_negatives=negatives)
@@ -141,6 +146,12 @@ class ESimCSETrainer(SimCSETrainer):
             momentum.stage(**{name: self.gathered(value.detach().to(torch.promote_types(value.dtype, torch.float32)))
                               for name, value in keys.items()})
         return {"loss": total, "contrastive": contrastive, **sizes}
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """The step, after the queue is emptied at an epoch's start (decided here, on the host, outside the step's
+        compiled code)."""
+        self.accelerator.unwrap_model(model).momentum.start_epoch(math.floor((self.state.epoch or 0) + 1e-6))
+        return super().training_step(model, inputs, num_items_in_batch)
 
     def gathered(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` of every process, in rank order."""

@@ -99,6 +99,13 @@ class ContrastiveRecipe:
         """``(model_args, data_args, training_args, extra_args or None)`` from ``argv`` (YAML + flags)."""
         parsed = parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description,
                                    prog)
+        data_args, training_args = parsed[1], parsed[2]
+        data_args.padding_free, data_args.layout_reason = training_layout(data_args.padding_free, training_args)
+        if not self.method.packing and data_args.pad_to_multiple_of:  # (the capability says why)
+            raise DataError(f"--pad_to_multiple_of: {self.method.name}'s loss counts the padded positions, so more "
+                            "padding would change it")
+        if data_args.pad_to_multiple_of is None and training_args.torch_compile and self.method.packing:
+            data_args.pad_to_multiple_of = data_args.max_seq_length
         return parsed if self.extra_arguments else (*parsed, None)
 
     def build_model(self, model_path: str, model_args):
@@ -111,10 +118,14 @@ class ContrastiveRecipe:
         packed = data_args.padding_free and enable_padding_free(model, tokenizer, data_args.max_seq_length)
         data_args = dataclasses.replace(data_args, padding_free=packed)
         if self.make_collator is not None:
-            return self.make_collator(tokenizer, model, data_args, extra_args)
-        views = getattr(model.config, "num_views", 2)
-        return ContrastiveCollator(tokenizer, max_length=data_args.max_seq_length, unsupervised_views=views,
-                                   padding_free=packed)
+            collator = self.make_collator(tokenizer, model, data_args, extra_args)
+        else:
+            collator = ContrastiveCollator(tokenizer, max_length=data_args.max_seq_length,
+                                           unsupervised_views=getattr(model.config, "num_views", 2),
+                                           padding_free=packed)
+        if hasattr(collator, "pad_to_multiple_of"):
+            collator.pad_to_multiple_of = data_args.pad_to_multiple_of
+        return collator
 
     def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> dict:
         """Parse ``argv`` and run the recipe ([`run_recipe`][csekit.trainers.runner.run_recipe]); returns the test
@@ -318,6 +329,23 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
                       train_dataset, columns)
 
 
+def training_layout(padding_free: Optional[bool], training_args) -> tuple:
+    """``(packed, why)``: ``--padding_free`` as given, else packed on the CPU and padded on a GPU or under
+    ``--torch_compile``. Packing saves the CPU the padding's work; on a GPU the padded step is faster at the papers'
+    lengths (its kernels are few and large: docs/training.md), and a compiled step would recompile the packed
+    attention for every batch layout, so --torch_compile always pads."""
+    if training_args.torch_compile:
+        if padding_free:
+            logger.info("--padding_free is off under --torch_compile: the packed attention would recompile for every "
+                        "batch layout")
+        return False, "--torch_compile pads: a packed layout would recompile every batch"
+    if padding_free is not None:
+        return padding_free, f"--padding_free {str(padding_free).lower()}"
+    if training_args.device.type == "cuda":
+        return False, "the default on a GPU, where the padded step is faster"
+    return True, "the default on the CPU"
+
+
 def build_trainer(recipe: ContrastiveRecipe, run: CheckedRun, model_args, data_args, training_args, extra_args=None):
     """Stage 2: the training model on the checked backbone, its collator and the method's Trainer."""
     set_seed(training_args.seed)
@@ -327,10 +355,11 @@ def build_trainer(recipe: ContrastiveRecipe, run: CheckedRun, model_args, data_a
         raise DataError(f"--matryoshka_dims: {type(model).__name__}'s inference vectors (this config's) are not a "
                         "Linear chain over the pooler, so their first coordinates cannot be trained as they are used; "
                         "choose an inference representation without whitening")
-    if training_args.torch_compile and data_args.padding_free:
-        logger.info("padding-free training is off, batches are padded: --torch_compile would recompile the packed "
-                    "attention for every batch layout")
-        data_args = dataclasses.replace(data_args, padding_free=False)
+    logger.info("training step: %s, %s batches (%s)%s", "compiled (--torch_compile)" if training_args.torch_compile
+                else "eager", "packed" if data_args.padding_free else "padded",
+                getattr(data_args, "layout_reason", "--padding_free"),
+                f", lengths padded to a multiple of {data_args.pad_to_multiple_of}"
+                if data_args.pad_to_multiple_of and not data_args.padding_free else "")
     collator = recipe.collator(run.tokenizer, model, data_args, extra_args)
     if hasattr(collator, "draws"):  # its random draws derive from the run's seed (randomness.py)
         collator.draws.seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed

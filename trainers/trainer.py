@@ -243,9 +243,14 @@ class ContrastiveTrainer(Trainer):
         total = contrastive + sum(weight * value for weight, value in zip(weights, terms.values()))
         return total, terms
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def forward_losses(self, model, inputs) -> tuple:
+        """``(outputs, losses)`` of one batch: the forward and the method's loss terms, and nothing that touches the
+        trainer's host-side state, so ``torch.compile`` takes it as one graph (tests/test_compile.py)."""
         outputs = model(**model_inputs(inputs))
-        losses = self.compute_losses(model, outputs, inputs)
+        return outputs, self.compute_losses(model, outputs, inputs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs, losses = self.forward_losses(model, inputs)
         if model.training:
             self.record_losses(losses)
         return (losses["loss"], outputs) if return_outputs else losses["loss"]
