@@ -55,7 +55,7 @@ class Method:
         stochastic: the random draws of its training, ``{label: recipe flags that turn it on}``; resuming after a
             kill must repeat every one of them exactly.
         test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8
-            (``{backbone}``: that backbone's folder).
+            (``{backbone}``: that backbone's folder; ``{masked_lm}``: it with a masked-LM head, tests/conftest.py).
         test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
     """
 
@@ -224,7 +224,7 @@ register(Method(
     gradient_caching=False,
     stochastic={"dropout and masks": ()},
     # the generator: the tests' backbone with a fresh masked-LM head (``{backbone}``: tests/conftest.py)
-    test_flags=("--pooler_type", "cls", "--generator_name_or_path", "{backbone}"),
+    test_flags=("--pooler_type", "cls", "--generator_name_or_path", "{masked_lm}"),
 ))
 register(Method(
     name="clsr",

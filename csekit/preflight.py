@@ -28,6 +28,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -132,6 +133,58 @@ def load_tokenizer(name: str, folder):
     return tokenizer
 
 
+def check_masked_lm(name: str, folder, flag: str, tokenizer, encoder_folder) -> None:
+    """A method's auxiliary masked language model (DiffCSE's generator) checked for what the method uses, before any
+    work: a transformers masked-LM family (not a sentence-encoder folder), every weight of its masked-LM head in the
+    folder (transformers would initialise a missing one at random and only its load report says so), and the
+    vocabulary of the encoder at ``encoder_folder`` (its size) and of its ``tokenizer`` (token for token, the same
+    mask token). Each mismatch is one
+    [`DataError`][csekit.preflight.DataError]."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    config = read_model_config(folder)
+    model_type = config["model_type"]
+    if model_type.startswith("csekit-") or Path(folder, "modules.json").is_file():
+        raise DataError(f"{flag} {name}: a sentence-encoder folder, not a masked language model; give a "
+                        "*ForMaskedLM model (e.g. distilbert-base-uncased) that shares the encoder's tokenizer")
+    if model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise DataError(f"{flag} {name}: model_type {model_type!r} has no masked-LM class in transformers")
+    from transformers.utils import logging as transformers_logging
+
+    verbosity, bars = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
+    transformers_logging.set_verbosity_error()  # its load report of a missing head is this check's answer
+    transformers_logging.disable_progress_bar()
+    try:
+        _, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True,
+                                                       config=AutoConfig.from_pretrained(folder))
+    except (OSError, ValueError) as error:
+        raise DataError(f"{flag} {name}: cannot load it as a masked language model "
+                        f"({(str(error).splitlines() or [type(error).__name__])[0]})") from None
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars:
+            transformers_logging.enable_progress_bar()
+    missing = sorted(info["missing_keys"])
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise DataError(f"{flag} {name}: its folder has no weights for {shown}, so its masked-LM predictions would "
+                        "come from random weights; give a model trained as a masked LM")
+    sizes = config.get("vocab_size"), backbone_config(read_model_config(encoder_folder)).get("vocab_size")
+    if sizes[0] != sizes[1]:
+        raise DataError(f"{flag} {name}: its vocabulary differs from the encoder's ({sizes[0]} tokens, the encoder "
+                        f"{sizes[1]}); it must share the encoder's tokenizer")
+    theirs = load_tokenizer(f"{flag} {name}", folder)
+    differing = len(set(theirs.get_vocab().items()) ^ set(tokenizer.get_vocab().items()))
+    if differing or theirs.mask_token_id != tokenizer.mask_token_id:
+        raise DataError(f"{flag} {name}: its vocabulary differs from the encoder's tokenizer ({differing} token-id "
+                        f"pairs differ; mask token id {theirs.mask_token_id} vs {tokenizer.mask_token_id}); it must "
+                        "read the encoder's token ids")
+
+
+AUXILIARY_CHECKS = {"masked-lm": check_masked_lm}  # a config's model_path_fields name one kind per further model
+
+
 def backbone_config(config: dict) -> dict:
     """The encoder's settings: a csekit config nests them under ``encoder_config``."""
     return config.get("encoder_config") or config
@@ -219,9 +272,10 @@ def check_output_dir(path, flag: str, inputs=()) -> Path:
 def check_output_file(path, flag: str = "--output", inputs=()) -> Path:
     """``path`` as a file to write at the end: not a folder, its folder writable, and not a file of one of the
     ``inputs`` (model folders the command reads) other than the results and card csekit writes there."""
+    written = str(path)
     path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'results.json'}")
+    if path.is_dir() or written.endswith(("/", os.sep)):  # "dir/" names a folder, even one not made yet
+        raise DataError(f"{flag} {written}: is a folder; give a file name, e.g. {path / 'results.json'}")
     check_not_an_input(path, flag, inputs, writes_file=True)
     check_writable(path, flag, path.parent)
     return path
@@ -373,6 +427,10 @@ def find_checkpoint(output_dir, which: Optional[str]) -> Optional[str]:
                     "--resume_from_checkpoint")
 
 
+# the run record's key for the training examples' content hash (trainers/data.py data_fingerprint), and its name in
+# a resume's message
+TRAIN_DATA = "train_data"
+TRAIN_DATA_NAME = "the training data (--train_file's contents)"
 # settings the restored optimizer and scheduler keep at the checkpoint's values (their state holds them)
 RESTORED_ON_RESUME = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "optim_args",
                       "lars_momentum", "lars_trust_coefficient")
@@ -384,7 +442,7 @@ def resume_differences(record: dict, expected: dict) -> list:
     differences = []
     for key, value in expected.items():
         if key in record and record[key] != value:
-            flag = key if key in ("method", "processes") else f"--{key}"
+            flag = key if key in ("method", "processes") else TRAIN_DATA_NAME if key == TRAIN_DATA else f"--{key}"
             effect = " (cannot take effect: the restored optimizer keeps the checkpoint's)" if (
                 key in RESTORED_ON_RESUME) else ""
             differences.append(f"{flag} {record[key]} -> {value}{effect}")
@@ -423,9 +481,9 @@ def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
 
 
 __all__ = [
-    "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "RUN_RECORD", "SUPPORTED_BACKBONES",
-    "backbone_config", "backbone_table", "check_backbone", "check_finite", "check_finite_groups", "check_model_inputs",
-    "check_not_an_input", "check_output_dir", "check_output_file", "check_repo_id", "check_report_to", "check_resume",
-    "check_training_arguments", "check_writable", "checkpoint_problem", "find_checkpoint", "load_tokenizer",
-    "read_model_config",
+    "AUXILIARY_CHECKS", "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "RUN_RECORD", "SUPPORTED_BACKBONES",
+    "TRAIN_DATA", "backbone_config", "backbone_table", "check_backbone", "check_finite", "check_finite_groups",
+    "check_masked_lm", "check_model_inputs", "check_not_an_input", "check_output_dir", "check_output_file",
+    "check_repo_id", "check_report_to", "check_resume", "check_training_arguments", "check_writable",
+    "checkpoint_problem", "find_checkpoint", "load_tokenizer", "read_model_config",
 ]

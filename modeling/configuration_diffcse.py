@@ -32,7 +32,9 @@ class DiffCSEConfig(SimCSEConfig):
 
     model_type = "csekit-diffcse"
     fields_without_flags = ("generator_config",)  # recorded from the generator, never set by hand
-    model_path_fields = ("generator_name_or_path",)  # checked before any work as --model_name_or_path is
+    # further models, each field with the kind of model the method needs (csekit/preflight.py AUXILIARY_CHECKS):
+    # checked before any work, as --model_name_or_path is
+    model_path_fields = {"generator_name_or_path": "masked-lm"}
 
     generator_name_or_path: str = "distilbert-base-uncased"
     masking_ratio: float = 0.30

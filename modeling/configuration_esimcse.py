@@ -6,6 +6,7 @@ from huggingface_hub.dataclasses import strict
 from .configuration_simcse import SimCSEConfig
 
 REPETITION_UNITS = ("subword", "word")
+MOMENTUM_INITS = ("random", "copy")  # momentum_init: the authors' start, or MoCo's
 
 
 @strict
@@ -30,6 +31,11 @@ class ESimCSEConfig(SimCSEConfig):
         queue_size: momentum-encoded sentence vectors of earlier steps kept as extra negatives (the authors'
             ``neg_size``: 160 for BERT-base, 2.5x the batch of 64); 0 turns the momentum contrast off.
         momentum: lambda of the momentum encoder's update, ``theta_m <- lambda theta_m + (1 - lambda) theta``.
+        momentum_init: how the momentum encoder starts: ``"random"``, BERT's initialisation (normal weights of
+            standard deviation ``initializer_range``, zero biases, unit LayerNorm), as the authors' code starts it
+            (``BertForCL`` copies its encoder into ``momentum_model``, then ``cl_init`` re-initialises every weight
+            and the checkpoint fills only ``bert.*``; their log lists every ``momentum_model`` weight as newly
+            initialised); ``"copy"``, a copy of the pretrained encoder (MoCo's start).
     """
 
     model_type = "csekit-esimcse"
@@ -38,6 +44,7 @@ class ESimCSEConfig(SimCSEConfig):
     repetition_unit: str = "subword"
     queue_size: int = 160
     momentum: float = 0.995
+    momentum_init: str = "random"
 
     def validate_esimcse(self):
         if not 0 <= self.dup_rate < 1:
@@ -49,3 +56,5 @@ class ESimCSEConfig(SimCSEConfig):
             raise ValueError(f"queue_size must be >= 0, got {self.queue_size}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.momentum_init not in MOMENTUM_INITS:
+            raise ValueError(f"momentum_init must be one of {', '.join(MOMENTUM_INITS)}, got {self.momentum_init!r}")

@@ -7,9 +7,12 @@ loss is SimCSE's InfoNCE with the other positives of the batch and the queue's `
 $$ \ell_i = -\log \frac{e^{\cos(h_i, h_i^+)/\tau}}{\sum_j e^{\cos(h_i, h_j^+)/\tau}
    + \sum_{m=1}^{M} e^{\cos(h_i, h_m^{\mathrm{queue}})/\tau}} $$
 
-The keys are the original sentences (view 0) encoded by a momentum copy of the encoder (no dropout) and the
-*trained* MLP head, as in the authors' code (caskcsg/sentemb ``ESimCSE/esimcse/models.py``: the momentum model is the
-``BertModel`` alone and ``cls.mlp`` is applied to its output), detached.
+The keys are the original sentences (view 0) encoded by the momentum encoder (no dropout) and the *trained* MLP
+head, as in the authors' code (caskcsg/sentemb ``ESimCSE/esimcse/models.py``: the momentum model is the ``BertModel``
+alone and ``cls.mlp`` is applied to its output), detached. The momentum encoder starts as theirs does, with BERT's
+random initialisation (``momentum_init="random"``: their ``cl_init`` re-initialises it and the checkpoint fills only
+``bert.*``), so its keys come from a partly random encoder until the momentum has carried the trained weights in;
+``momentum_init="copy"`` starts it as a copy of the pretrained encoder.
 
 Design, as CMLM-CSE's: [`ESimCSEModel`][csekit.modeling.modeling_esimcse.ESimCSEModel] is what gets published, a
 SimCSE encoder with its own config; `ESimCSEForPreTraining` adds the momentum encoder and its queue
@@ -74,9 +77,12 @@ class ESimCSEForPreTraining(SentenceEncoderForTraining, ESimCSEModel):
 
     @classmethod
     def from_encoder(cls, encoder_name_or_path: str, **config_kwargs) -> "ESimCSEForPreTraining":
-        """Pretrained backbone; the momentum encoder starts as a copy of it."""
+        """Pretrained backbone; the momentum encoder starts as the config's ``momentum_init`` says: BERT's random
+        initialisation (the authors' code) or a copy of the backbone."""
         model = super().from_encoder(encoder_name_or_path, **config_kwargs)
         model.momentum = model._build_momentum()
+        if model.config.momentum_init == "random":
+            model.momentum.reinitialize(getattr(model.encoder.config, "initializer_range", 0.02))
         return model
 
     def forward(

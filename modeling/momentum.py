@@ -15,8 +15,9 @@ Order of a step, as the owning model and its trainer run it:
    staged keys are enqueued.
 
 Updating after step ``t`` with the weights ``theta_{t+1}`` is the same recurrence as updating at the start of step
-``t + 1`` before encoding its keys (ESimCSE's code), and the copy starts equal to the encoder, so the keys of every
-step are encoded by the same weights as there. Staged keys of several micro-batches (gradient accumulation) join the
+``t + 1`` before encoding its keys (ESimCSE's code), so from the same start the keys of every step are encoded by
+the same weights as there. The start is the owning method's choice: a copy of the encoder (MoCo), or a fresh
+initialisation (`reinitialize`, ESimCSE's code). Staged keys of several micro-batches (gradient accumulation) join the
 queue together, once per optimizer step.
 
 The queue and its length are buffers: a checkpoint holds them with the momentum encoder, and a resumed run continues
@@ -59,6 +60,19 @@ class MomentumEncoder(nn.Module):
         super().train(mode)
         self.encoder.eval()  # keys are encoded without dropout, whatever the trainer's mode
         return self
+
+    @torch.no_grad()
+    def reinitialize(self, std: float) -> None:
+        """Draw the momentum encoder's weights afresh as BERT initialises a model: every Linear and Embedding weight
+        from a normal distribution of standard deviation ``std`` (the config's ``initializer_range``), biases 0,
+        LayerNorm weights 1 (from the global generator, which the run's seed sets)."""
+        for module in self.encoder.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.weight.normal_(mean=0.0, std=std)
+            if isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+            if isinstance(module, (nn.Linear, nn.LayerNorm)) and module.bias is not None:
+                module.bias.zero_()
 
     @torch.no_grad()
     def follow(self, encoder: nn.Module) -> None:

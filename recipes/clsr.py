@@ -50,6 +50,7 @@ from csekit.loading import hub_id_of, resolve_model_path
 from csekit.methods import Method, get_method
 from csekit.modeling import CLSRConfig, CLSRModel
 from csekit.preflight import (
+    TRAIN_DATA,
     backbone_config,
     check_model_inputs,
     check_not_an_input,
@@ -62,6 +63,7 @@ from csekit.preflight import (
 from csekit.trainers.arguments import DataArguments, config_kwargs, model_arguments, parse_recipe_args, setup_record
 from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments, steps_as_epochs
 from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
+from csekit.trainers.data import data_fingerprint
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.output_dir import RunFolder
 from csekit.trainers.runner import check_lengths, commit_run, main_guard
@@ -174,7 +176,6 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     resume = find_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)  # resumed by train()
     record = setup_record(recipe.method.config_class.model_type, None, model_args=model_args,
                           backbone_args=backbone_args, data_args=data_args, training_args=training_args)
-    accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
     check_output_dir(EmbeddingCache(data_args.cache_dir).cache_dir, "--cache_dir")
     data_dir = resolve_data_dir(data_args.data_dir)
     dev = STSEvaluator(data_dir, DEV_TASKS, split="dev")
@@ -186,6 +187,8 @@ def run_clsr_recipe(recipe: "CLSRRecipe", model_args, backbone_args, data_args, 
     first, second = load_positive_pairs(data_args.train_file, data_dir)
     limit = data_args.max_train_samples  # the first N pairs, before the held-out filter
     corpus = build_pair_corpus(first[:limit], second[:limit], held_out, drop=data_args.test_overlap == "drop")
+    record[TRAIN_DATA] = data_fingerprint({"sent0": first[:limit], "sent1": second[:limit]})
+    accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
     require_full_batch(corpus, training_args.per_device_train_batch_size)  # before the model loads
     training_args = steps_as_epochs(training_args, len(corpus.pairs) // training_args.per_device_train_batch_size)
     model = recipe.build_model(model_args, backbone_args, training_args.seed, checked).to(state.device)

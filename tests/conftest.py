@@ -10,6 +10,7 @@ test runner's ``CSEKIT_DATA_DIR`` names a real data folder, and skip otherwise w
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -173,12 +174,33 @@ def saved_tiny_model(tmp_path_factory, tokenizer):
 # ------------------------------------------------------------------------------------------------ tiny recipe runs
 def recipe_flags(method, backbone=None) -> list:
     """The method flags that build a recipe's model on the 2-layer, hidden-32 test backbone: the registry's
-    ``test_flags`` (`csekit.methods`), ``{backbone}`` there standing for ``backbone``'s folder (DiffCSE's
-    generator: the backbone with a fresh masked-LM head)."""
+    ``test_flags`` (`csekit.methods`), ``{backbone}`` there standing for ``backbone``'s folder and ``{masked_lm}`` for
+    it with a seeded masked-LM head ([`masked_lm_beside`]: DiffCSE's generator)."""
     from csekit.methods import get_method
 
     flags = (get_method(method) if isinstance(method, str) else method).test_flags
-    return [str(backbone) if flag == "{backbone}" and backbone is not None else flag for flag in flags]
+    if "{masked_lm}" in flags and backbone is not None:
+        masked_lm = masked_lm_beside(Path(backbone))
+    return [str(backbone) if flag == "{backbone}" and backbone is not None else
+            str(masked_lm) if flag == "{masked_lm}" and backbone is not None else flag for flag in flags]
+
+
+def masked_lm_beside(backbone: Path) -> Path:
+    """``backbone`` as a masked LM (its encoder + a seeded masked-LM head, its tokenizer) in a folder beside it, made
+    once (atomically: test workers may ask together): DiffCSE's generator in the tests."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    folder = backbone.parent / f"{backbone.name}-masked-lm"
+    if not folder.is_dir():
+        staging = Path(tempfile.mkdtemp(dir=backbone.parent, prefix=".masked-lm-"))
+        torch.manual_seed(0)
+        AutoModelForMaskedLM.from_pretrained(backbone).save_pretrained(staging)
+        AutoTokenizer.from_pretrained(backbone).save_pretrained(staging)
+        try:
+            staging.rename(folder)
+        except OSError:  # another worker made it first
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
 
 
 def record_output_dtypes(model, seen: dict) -> None:

@@ -180,3 +180,46 @@ def test_a_generator_that_is_not_there_is_one_line_before_any_work(tiny_backbone
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "no-generator" in lines[0], lines
     assert not output.exists()
+
+
+def generator_cases(tiny_backbone, saved_tiny_model, tokenizer, root) -> dict:
+    """Folders that are not what DiffCSE's generator must be, each named by what the refusal says."""
+    from transformers import BertTokenizerFast
+
+    from conftest import masked_lm_beside
+
+    cases = {"no weights for cls.predictions": tiny_backbone,  # an encoder: transformers would add a random head
+             "a sentence-encoder folder": saved_tiny_model}
+    other_size = root / "other-size"
+    BertForMaskedLM(tiny_bert_config(vocab_size=1000)).save_pretrained(other_size)
+    tokenizer.save_pretrained(other_size)
+    cases["vocabulary differs"] = other_size
+    shuffled = root / "same-size-other-vocabulary"  # the same number of tokens, two of them swapped
+    masked_lm = masked_lm_beside(tiny_backbone)
+    vocab = sorted(tokenizer.get_vocab(), key=tokenizer.get_vocab().get)
+    vocab[1000], vocab[1001] = vocab[1001], vocab[1000]
+    shuffled.mkdir()
+    (shuffled / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(str(shuffled / "vocab.txt")).save_pretrained(shuffled)
+    BertForMaskedLM.from_pretrained(masked_lm).save_pretrained(shuffled)
+    cases["4 token-id pairs differ"] = shuffled
+    return cases
+
+
+def test_a_generator_without_what_diffcse_uses_is_one_line_before_any_work(tiny_backbone, saved_tiny_model,
+                                                                           tokenizer, corpus, tmp_path, capsys):
+    """The generator must be a masked LM whose head is in its folder (not an encoder given a random head), not a
+    sentence-encoder folder, with the encoder's vocabulary token for token (same size is not enough): each is one
+    line, exit 2, nothing written."""
+    from csekit import cli
+
+    cases = generator_cases(tiny_backbone, saved_tiny_model, tokenizer, tmp_path)
+    capsys.readouterr()
+    for reason, folder in cases.items():
+        output = tmp_path / "out"
+        argv = ["train", "diffcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(corpus),
+                "--output_dir", str(output), "--generator_name_or_path", str(folder)]
+        assert cli.main(argv) == 2, reason
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and reason in lines[0] and "--generator_name_or_path" in lines[0], (reason, lines)
+        assert not output.exists()

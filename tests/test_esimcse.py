@@ -287,3 +287,30 @@ def test_the_queue_keeps_the_newest_keys_in_order_and_empties_at_a_new_epoch():
     assert queue.queue() is not None
     queue.start_epoch(1)
     assert queue.queue() is None
+
+
+def test_the_momentum_encoder_starts_at_random_as_the_authors_code_or_as_a_copy(tiny_backbone):
+    """Default (``momentum_init="random"``): BERT's initialisation, drawn afresh (the authors' ``cl_init``), not
+    the backbone's weights; ``"copy"``: the backbone's weights."""
+    from csekit.modeling.momentum import MomentumEncoder
+
+    torch.manual_seed(0)
+    model = ESimCSEForPreTraining.from_encoder(str(tiny_backbone), pooler_type="cls")
+    assert model.config.momentum_init == "random"
+    encoder, momentum = dict(model.encoder.named_parameters()), dict(model.momentum.encoder.named_parameters())
+    std = model.encoder.config.initializer_range
+    for name, parameter in momentum.items():
+        if name.endswith("LayerNorm.weight"):
+            assert torch.equal(parameter, torch.ones_like(parameter)), name
+        elif name.endswith("bias"):
+            assert torch.equal(parameter, torch.zeros_like(parameter)), name
+        else:  # a Linear or Embedding weight: N(0, initializer_range), not the backbone's
+            assert not torch.equal(parameter, encoder[name]), name
+            spread = 4 * std / parameter.numel() ** 0.5  # four standard errors of the sample mean
+            assert abs(float(parameter.std()) - std) < 0.25 * std and abs(float(parameter.mean())) < spread, name
+    copied = ESimCSEForPreTraining.from_encoder(str(tiny_backbone), pooler_type="cls", momentum_init="copy")
+    for name, parameter in copied.momentum.encoder.named_parameters():
+        assert torch.equal(parameter, dict(copied.encoder.named_parameters())[name]), name
+    assert isinstance(copied.momentum, MomentumEncoder)
+    with pytest.raises(Exception, match="momentum_init"):  # the strict config's validation error
+        ESimCSEConfig(encoder_config=tiny_bert_config().to_dict(), momentum_init="zeros")

@@ -121,7 +121,39 @@ def test_evaluate_folder_mteb_adds_to_the_folders_record_and_card_and_leaves_the
     mteb_rows = [result for result in card.data.eval_results if result.dataset_type == "mteb/stsbenchmark-sts"]
     assert [result.metric_value for result in mteb_rows] == [merged["mteb"]["STSBenchmark"]]
     before = (folder / "eval_results.json").read_bytes()
-    for flags in (["--pooler", "cls"], ["--truncate-dim", "8"], ["--max-length", "16"]):
+    for flags in (["--pooler", "cls"], ["--truncate-dim", "8"], ["--max-length", "16"], ["--sts-aggregation", "mean"]):
         argv = ["evaluate", str(folder), "--output", str(folder / "eval_results.json"), *flags]
         assert cli.main(argv) == 2
     assert (folder / "eval_results.json").read_bytes() == before
+
+
+def test_a_second_mteb_run_adds_its_tasks_to_the_folders_record_and_keeps_the_first(tmp_path):
+    """Two ``--mteb`` runs into one folder's record: the second's tasks join the first's (scores, protocol entries
+    and results files), a task scored again is replaced, and what training wrote stays."""
+    from csekit.evaluation.cli import add_to_folder_record
+
+    path = tmp_path / "eval_results.json"
+    path.write_text(json.dumps({"sts": {"STSBenchmark": 80.0}, "training_curve": [1], "protocol": {"sts": "p"}}))
+    first = {"mteb": {"STS12": 70.0, "STS13": 71.0}, "protocol": {"mteb": {
+        "version": "2", "tasks": {"STS12": {"main_score": "a"}, "STS13": {"main_score": "b"}},
+        "results_files": ["results/m/r/STS12.json", "results/m/r/STS13.json"]}}}
+    add_to_folder_record(path, first)
+    second = {"mteb": {"STS13": 72.0, "STS14": 73.0}, "protocol": {"mteb": {
+        "version": "2", "tasks": {"STS13": {"main_score": "b"}, "STS14": {"main_score": "c"}},
+        "results_files": ["results/m/r/STS13.json", "results/m/r/STS14.json"]}}}
+    merged = add_to_folder_record(path, second)
+    assert merged["mteb"] == {"STS12": 70.0, "STS13": 72.0, "STS14": 73.0}
+    assert sorted(merged["protocol"]["mteb"]["tasks"]) == ["STS12", "STS13", "STS14"]
+    assert merged["protocol"]["mteb"]["results_files"] == [f"results/m/r/STS1{i}.json" for i in (2, 3, 4)]
+    assert merged["training_curve"] == [1] and merged["sts"] == {"STSBenchmark": 80.0}
+    assert json.loads(path.read_text()) == merged
+
+
+def test_mteb_results_without_mteb_and_an_output_folder_are_refused_in_one_line(saved_tiny_model, tmp_path, capsys):
+    from csekit import cli
+
+    assert cli.main(["evaluate", str(saved_tiny_model), "--mteb-results", str(tmp_path / "r")]) == 2
+    assert "--mteb-results" in capsys.readouterr().err
+    assert cli.main(["evaluate", str(saved_tiny_model), "--output", f"{tmp_path / 'new'}/"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and not (tmp_path / "r").exists()

@@ -235,3 +235,36 @@ def test_a_kill_after_the_last_checkpoint_resumes_to_zero_steps_and_the_uninterr
     assert full_weights.keys() == cut_weights.keys()
     for name, tensor in full_weights.items():
         torch.testing.assert_close(cut_weights[name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_a_resume_on_changed_training_data_under_the_same_name_is_refused_naming_it(tiny_backbone, corpus, tmp_path,
+                                                                                    capsys):
+    """The run record holds a content hash of the examples trained on, not only ``--train_file``'s name: a resume
+    after the file changed is refused in one line naming the data (nothing written), the same examples in another
+    file of the same name resume, and ``--resume_accept_changes`` continues on the new data."""
+    from csekit import cli
+
+    data, out = tmp_path / "data.txt", tmp_path / "out"
+    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+    data.write_text("".join(lines), encoding="utf-8")
+    argv = ["train", "simcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(data), "--output_dir",
+            str(out), "--max_steps", "2", "--save_steps", "1", "--eval_strategy", "no", "--load_best_model_at_end",
+            "false", "--max_seq_length", "16", "--do_test_eval", "false", "--disable_tqdm", "true",
+            "--keep_checkpoints", "true", "--per_device_train_batch_size", "8"]
+    assert cli.main(argv) == 0
+    resume = ["--resume_from_checkpoint", str(out / "checkpoint-1")]
+    record = json.loads((out / "checkpoint-1" / "csekit_run.json").read_text())
+    assert record["train_data"].startswith("sha256:") and record["train_data"].endswith(f", {len(lines)} examples")
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    data.write_text("".join(["A sentence that was not there.\n", *lines[1:]]), encoding="utf-8")
+    assert cli.main([*argv, *resume]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "the training data (--train_file's contents) sha256:" in line and "--resume_accept_changes" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    data.write_text("".join(lines) + "\n", encoding="utf-8")  # the same sentences (a trailing empty line is skipped)
+    assert cli.main([*argv, *resume]) == 0
+    data.write_text("".join(["A sentence that was not there.\n", *lines[1:]]), encoding="utf-8")
+    assert cli.main([*argv, *resume, "--resume_accept_changes", "true"]) == 0
+    accepted = json.loads((out / "training_args.json").read_text())["resume"]["accepted_changes"]
+    assert len(accepted) == 1 and accepted[0].startswith("the training data (--train_file's contents)")

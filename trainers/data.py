@@ -12,6 +12,8 @@ Relative file paths are also looked up in the data folder.
 """
 
 import csv
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Optional
@@ -130,4 +132,16 @@ def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_e
     return Dataset.from_dict({**columns, EXAMPLE_INDEX: list(range(count))})
 
 
-__all__ = ["PAIR_COLUMNS", "load_training_dataset", "read_hub_dataset", "read_pairs"]
+def data_fingerprint(columns) -> str:
+    """``"sha256:<hex>, N examples"`` of the training examples as read (every text column of ``columns``, a
+    ``Dataset`` or a dict of lists, in order, after ``--max_train_samples``): the run record holds it, so a resume on
+    other data under the same ``--train_file`` is refused (the first N lines of a file and a file of those N lines
+    are the same data, and the same hash)."""
+    names = [name for name in PAIR_COLUMNS if name in (getattr(columns, "column_names", None) or columns)]
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(json.dumps([name, list(columns[name])], ensure_ascii=False).encode("utf-8"))
+    return f"sha256:{digest.hexdigest()}, {len(columns[names[0]])} examples"
+
+
+__all__ = ["PAIR_COLUMNS", "data_fingerprint", "load_training_dataset", "read_hub_dataset", "read_pairs"]

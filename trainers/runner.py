@@ -29,6 +29,8 @@ from ..loading import RESULTS_FILE, hub_id_of, resolve_model_path
 from ..methods import Method
 from ..modeling.encoding import encoding_label
 from ..preflight import (
+    AUXILIARY_CHECKS,
+    TRAIN_DATA,
     check_model_inputs,
     check_not_an_input,
     check_resume,
@@ -46,7 +48,7 @@ from .arguments import (
     write_arguments,
 )
 from .collators import ContrastiveCollator, enable_padding_free
-from .data import PAIR_COLUMNS, load_training_dataset
+from .data import PAIR_COLUMNS, data_fingerprint, load_training_dataset
 from .output_dir import RunFolder
 from .trainer import require_finite_weights
 
@@ -297,7 +299,6 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
     record = setup_record(recipe.config_class.model_type, training_args.world_size, model_args=model_args,
                           data_args=data_args, training_args=training_args,
                           **({"extra_args": extra_args} if extra_args else {}))
-    accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
     data_dir = resolve_data_dir(data_args.data_dir)
     dev_tasks = (*DEV_TASKS, "SICKRelatedness") if data_args.eval_sickr else DEV_TASKS
     dev = STSEvaluator(data_dir, dev_tasks, split="dev")
@@ -310,6 +311,8 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
     train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
                                           data_args.max_train_samples)
+    record[TRAIN_DATA] = data_fingerprint(train_dataset)  # what is trained on, not only the file's name
+    accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
     columns = tuple(name for name in PAIR_COLUMNS if name in train_dataset.column_names)
     if columns not in recipe.trainer_class.data_columns:
         shapes = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
@@ -323,8 +326,9 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
         if getattr(training_args, flag, None) and not recipe.method.gradient_caching:
             raise DataError(f"--{flag}: {recipe.method.name} does not support gradient caching (the registry's "
                             "gradient_caching capability)")
-    for name in getattr(recipe.config_class, "model_path_fields", ()):  # further models a method loads (a generator)
-        resolve_model_path(getattr(model_args, name))
+    for name, kind in getattr(recipe.config_class, "model_path_fields", {}).items():  # further models (a generator)
+        value = getattr(model_args, name)
+        AUXILIARY_CHECKS[kind](value, resolve_model_path(value), f"--{name}", tokenizer, model_path)
     return CheckedRun(folder, resume, accepted, record, publish, data_dir, dev, test, model_path, tokenizer,
                       train_dataset, columns)
 

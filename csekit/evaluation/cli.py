@@ -137,8 +137,10 @@ def folder_record_target(args) -> Optional[Path]:
             return None
     elif not (args.mteb and folder.is_dir() and own.is_file()):
         return None
+    aggregation = args.sts_aggregation if args.sts_aggregation != "all" and "sts" in requested_suites(args) else None
     changed = [flag for flag, value in (("--pooler", args.pooler), ("--max-length", args.max_length),
-                                        ("--truncate-dim", args.truncate_dim)) if value is not None]
+                                        ("--truncate-dim", args.truncate_dim),
+                                        ("--sts-aggregation", aggregation)) if value is not None]
     changed += ["--backend onnx"] if args.backend != "torch" else []
     if changed:
         raise DataError(f"{own}: the folder's record holds its model's own scores, and {', '.join(changed)} scores "
@@ -153,10 +155,18 @@ def add_to_folder_record(path: Path, record: dict) -> dict:
     from ..publishing.model_card import read_json
 
     merged = read_json(path) if path.is_file() else {}
+    kept_mteb = merged.get("mteb") if isinstance(merged.get("mteb"), dict) else {}
     merged.update({key: record[key] for key in SUITE_KEYS if key in record})
     protocol = merged.setdefault("protocol", {})
+    kept_protocol = protocol.get("mteb") if isinstance(protocol.get("mteb"), dict) else {}
     protocol.update({key: value for key, value in record.get("protocol", {}).items()
                      if key in SUITE_KEYS or key not in protocol})
+    if "mteb" in record:  # another --mteb run adds its tasks to the earlier ones (a task scored again is replaced)
+        merged["mteb"] = {**kept_mteb, **record["mteb"]}
+        files = [*kept_protocol.get("results_files", []), *protocol["mteb"].get("results_files", [])]
+        tasks = {**kept_protocol.get("tasks", {}), **protocol["mteb"].get("tasks", {})}
+        protocol["mteb"] = {**kept_protocol, **protocol["mteb"], "tasks": tasks,
+                            **({"results_files": list(dict.fromkeys(files))} if files else {})}
     for key in ("model", "pooler"):
         merged.setdefault(key, record.get(key))
     write_json(path, merged)
@@ -171,6 +181,8 @@ def run_evaluate(args) -> int:
     from .mteb_suite import load_mteb_tasks
 
     suites = requested_suites(args)
+    if args.mteb_results and not args.mteb:
+        raise DataError("--mteb-results says where mteb's results files go: it needs --mteb TASK [TASK ...]")
     device = resolve_device(args.device)  # a bad --device fails before any data is read
     into_folder = folder_record_target(args)
     if into_folder is not None:
