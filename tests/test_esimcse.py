@@ -314,3 +314,42 @@ def test_the_momentum_encoder_starts_at_random_as_the_authors_code_or_as_a_copy(
     assert isinstance(copied.momentum, MomentumEncoder)
     with pytest.raises(Exception, match="momentum_init"):  # the strict config's validation error
         ESimCSEConfig(encoder_config=tiny_bert_config().to_dict(), momentum_init="zeros")
+
+
+@pytest.mark.parametrize("layout", ["false", "true"])
+def test_cached_steps_with_a_filled_queue_equal_the_uncached_steps_by_count_and_by_tokens(layout, backbones,
+                                                                                          sentences, tmp_path):
+    """Three SGD steps with a queue larger than the batch (so steps 2-3 contrast with earlier keys) and dropout off,
+    in float64: ``--mini_batch_size`` and ``--mini_batch_tokens`` end with the uncached run's weights and queue.
+    (In float32 all three differ from the float64 run by rounding that the steps amplify, by about as much each.)"""
+    from transformers import AutoTokenizer
+
+    from conftest import recipe_flags
+    from csekit.methods import METHODS
+
+    method = METHODS["esimcse"]
+    recipe, backbone = method.recipe_module.RECIPE, backbones[0.0]
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+
+    def trained(*flags):
+        argv = ["--model_name_or_path", str(backbone), *recipe_flags(method, backbone), "--output_dir",
+                str(tmp_path / "out"), "--per_device_train_batch_size", "8", "--max_seq_length", "16",
+                "--report_to", "none", "--eval_strategy", "no", "--load_best_model_at_end", "false",
+                "--disable_tqdm", "true", "--save_strategy", "no", "--optim", "sgd", "--learning_rate", "0.5",
+                "--lr_scheduler_type", "constant", "--max_steps", "3", "--weight_decay", "0", "--max_grad_norm",
+                "0", "--padding_free", layout, "--queue_size", "20", "--momentum", "0.5", *flags]
+        model_args, data_args, training_args, extra = recipe.parse(argv)
+        torch.manual_seed(0)
+        model = recipe.build_model(str(backbone), model_args).double()
+        model.tokenizer = tokenizer
+        recipe.trainer_class(model=model, args=training_args, data_collator=recipe.collator(
+            tokenizer, model, data_args, extra), train_dataset=Dataset.from_dict({"sent0": sentences[:32]})).train()
+        assert int(model.momentum.queue_length) == 20
+        return {n: p.detach().clone() for n, p in model.named_parameters()}, model.momentum.queue("keys")
+
+    weights, queue = trained()
+    for flags in (("--mini_batch_size", "3"), ("--mini_batch_tokens", "90")):
+        cached_weights, cached_queue = trained(*flags)
+        torch.testing.assert_close(cached_queue, queue, rtol=1e-9, atol=1e-10)
+        for name, tensor in weights.items():
+            torch.testing.assert_close(cached_weights[name], tensor, rtol=1e-9, atol=1e-10, msg=f"{flags} {name}")
