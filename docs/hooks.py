@@ -13,14 +13,10 @@
   turns into a failed build.
 """
 
-import atexit
-import configparser
 import html
 import inspect
 import logging
 import re
-import shutil
-import tempfile
 from importlib import import_module
 from pathlib import Path
 
@@ -40,36 +36,13 @@ MATH = re.compile(r'<(?P<tag>span|div) class="arithmatex">\s*(?:\\\((?P<inline>.
                   r'</(?P=tag)>', re.S)
 
 
-def installed_layout(root: Path) -> Path:
-    """A temporary folder where ``csekit`` is laid out as setup.cfg's ``package_dir`` installs it, removed when the
-    build ends: the package's own files copied (griffe reads a package from the real folder of its ``__init__.py``),
-    its sub-packages as links to the checkout's folders."""
-    parser = configparser.ConfigParser()
-    parser.read(root / "setup.cfg")
-    mapping = dict(line.split("=") for line in parser["options"]["package_dir"].split("\n") if "=" in line)
-    mapping = {name.strip(): root / folder.strip() for name, folder in mapping.items()}
-    layout = Path(tempfile.mkdtemp(prefix="csekit-docs-"))
-    atexit.register(shutil.rmtree, layout, ignore_errors=True)
-    package = layout / "csekit"
-    package.mkdir()
-    for entry in mapping["csekit"].iterdir():
-        if entry.is_dir() and entry.name != "__pycache__":
-            (package / entry.name).symlink_to(entry)
-        elif entry.suffix == ".py":
-            shutil.copy2(entry, package / entry.name)
-    for name, folder in mapping.items():
-        if name != "csekit":
-            (layout / name.replace(".", "/")).symlink_to(folder)
-    return layout
-
-
 @event_priority(100)  # before mkdocstrings' own on_config, which starts its handlers with these paths
 def on_config(config):
     from csekit.methods import METHODS
 
     root = Path(config["config_file_path"]).parent
     handler = config["plugins"]["mkdocstrings"].config["handlers"]["python"]
-    handler["paths"] = [str(installed_layout(root))]
+    handler["paths"] = [str(root)]  # the checkout's csekit/ is the whole package (its sub-packages are links)
     docs = Path(config["docs_dir"])
     pages = []
     for name in METHODS:
