@@ -513,3 +513,45 @@ def test_dockerfile_builds_cpu_by_default_and_cuda_by_one_argument():
     assert "HF_HUB_OFFLINE" not in dockerfile
     readme = (REPO_ROOT / "docs" / "install.md").read_text()
     assert "docker build -t csekit ." in readme and "--build-arg TORCH_INDEX=" in readme
+
+
+def test_no_import_loop_between_csekits_modules():
+    """No two csekit modules import each other, directly or through others, at module level or inside a function
+    (an import inside a function is still a dependency a reader and a tool must follow): the import graph of every
+    module csekit installs, read from the sources, has no cycle."""
+    import ast
+
+    modules = csekit_modules()
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    graph = {}
+    for name, path in modules.items():
+        package = name if name in packages else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                candidates = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            elif isinstance(node, ast.Import):
+                candidates = [alias.name for alias in node.names]
+            else:
+                continue
+            targets.update(c for c in candidates if c in modules and c != name and c not in packages)
+        graph[name] = targets
+
+    def cycle_from(start):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for target in graph[node]:
+                if target == start:
+                    return path
+                if target not in seen:
+                    seen.add(target)
+                    stack.append((target, path + [target]))
+        return None
+
+    loops = {tuple(sorted(found)) for found in map(cycle_from, graph) if found}
+    assert not loops, loops

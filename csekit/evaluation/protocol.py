@@ -13,6 +13,8 @@ import hashlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import Optional
 
+TRANSFER_PROTOCOLS = ("senteval", "simcse", "fast")  # csekit.evaluation.transfer's protocols (module docstring)
+
 LIBRARIES = ("csekit", "torch", "transformers", "sentence-transformers", "mteb", "scikit-learn", "scipy", "numpy")
 
 
@@ -63,4 +65,4 @@ def protocol_differences(first: Optional[dict], second: Optional[dict]) -> list:
     return [f"{key}: {a[key]} != {b[key]}" for key in sorted(set(a) & set(b)) if a[key] != b[key]]
 
 
-__all__ = ["content_hash", "library_versions", "protocol_differences", "protocol_record"]
+__all__ = ["TRANSFER_PROTOCOLS", "content_hash", "library_versions", "protocol_differences", "protocol_record"]

@@ -8,6 +8,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from .protocol import TRANSFER_PROTOCOLS
+
 SUITE_TITLES = {
     "sts": "STS (Spearman x100, SentEval 'all')",
     "transfer": "Transfer (logistic regression accuracy x100; SICK-R / STS-B: Pearson x100; avg: MR..MRPC)",
@@ -15,7 +17,6 @@ SUITE_TITLES = {
     "geometry": "Geometry (alignment/uniformity on STS-B train: lower is better; IsoScore on WikiText-2: 0..1)",
 }
 SUITES = tuple(SUITE_TITLES)  # what --tasks takes, in csekit evaluate and csekit extract
-TRANSFER_PROTOCOLS = ("senteval", "simcse", "fast")  # csekit.evaluation.transfer's protocols (module docstring)
 
 
 def evaluate_suites(
@@ -71,4 +72,4 @@ def format_table(rows: dict, title: Optional[str] = None, digits: int = 2) -> st
     return "\n".join(lines)
 
 
-__all__ = ["SUITE_TITLES", "evaluate_suites", "format_table"]
+__all__ = ["SUITE_TITLES", "TRANSFER_PROTOCOLS", "evaluate_suites", "format_table"]

@@ -71,8 +71,8 @@ from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
 from ..errors import DataError
+from .protocol import TRANSFER_PROTOCOLS
 from .sts import load_sts_split
-from .suites import TRANSFER_PROTOCOLS
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 OPTIONAL_TRANSFER_TASKS = ("SST5", "SICKEntailment")

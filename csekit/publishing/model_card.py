@@ -10,8 +10,6 @@ papers' numbers live in the per-family templates of ``model_cards/`` as the *pap
     write_model_card("outputs/simcse")                                          # README.md (+ figure if missing)
 """
 
-import dataclasses
-import json
 from importlib.resources import files
 from pathlib import Path
 from typing import Optional
@@ -22,11 +20,12 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..atomic import write_json, write_text
 from ..errors import DataError
 from ..evaluation.sts import STS_COLUMNS, STS_SHORT_NAMES, STS_TASKS
-from ..loading import ARGUMENTS_FILE, RESULTS_FILE, hub_id_of, resolve_model_path
+from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from ..methods import method_of_model_type
 from ..options import FLAG_NAMES
 from ..preflight import check_output_file, load_tokenizer
 from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES
+from .model_folder import FolderConfig, base_model_id, load_eval_record, read_json
 from .mteb_meta import embedding_dimension, write_model_meta
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
@@ -69,74 +68,6 @@ NO_SENTENCE_TRANSFORMERS = ("its inference is not a backbone followed by last-la
                             "layers (a multi-layer pooler, or a whitening head), so the folder has no modules.json")
 
 
-def read_json(path: Path) -> dict:
-    """A JSON object (a csekit record) from ``path``; anything else is a
-    [`DataError`][csekit.publishing.model_card.DataError]."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(value, dict):
-        raise DataError(f"{path}: holds a JSON {type(value).__name__}, not the object csekit writes; train with a "
-                        "csekit recipe or run `csekit evaluate` again")
-    return value
-
-
-def load_eval_record(model_dir) -> dict:
-    """The folder's ``eval_results.json``; it must hold all 7 STS test scores and their average."""
-    if not (Path(model_dir) / "config.json").is_file():
-        raise DataError(f"{model_dir}: not a model folder (no config.json)")
-    path = Path(model_dir) / RESULTS_FILE
-    if not path.is_file():
-        raise DataError(f"{path}: no such file; train with a csekit recipe or run `csekit evaluate {model_dir} "
-                        f"--output {path}` first")
-    record = read_json(path)
-    scores = record.get("sts")
-    if not isinstance(scores, dict) or not all(isinstance(value, (int, float)) for value in scores.values()):
-        raise DataError(f"{path}: 'sts' is not a mapping of task names to scores")
-    missing = [task for task in (*STS_TASKS, "avg") if task not in scores]
-    if missing:
-        raise DataError(f"{path}: 'sts' lacks {', '.join(missing)}")
-    return record
-
-
-class FolderConfig:
-    """A csekit folder's ``config.json`` as the card reads it, without building the config: building one resolves
-    the nested backbone config through transformers' Auto classes, which load csekit's model code and transformers'
-    ``modeling_utils`` (seconds of imports a card does not need). The method's settings are the fields its registered
-    config class declares (read from the class, not an instance), with the values ``config.json`` holds."""
-
-    def __init__(self, folder: Path):
-        path = folder / "config.json"
-        try:
-            self.values = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise DataError(f"{path}: cannot read it ({error})") from None
-        self.model_type = str(self.values.get("model_type", ""))
-        method = method_of_model_type(self.model_type)
-        if method is None or not isinstance(self.values.get("encoder_config"), dict):
-            raise DataError(f"{folder}: model_type {self.model_type!r} is not a csekit model")
-        self.config_class = method.config_class
-        self.encoder = self.values["encoder_config"]
-        self.architectures = self.values.get("architectures")
-        self.pooler_type = self.values.get("pooler_type", "cls")
-        self.max_length = self.values.get("max_length")
-        self.sentence_transformers_settings = self.values.get("sentence_transformers_settings")
-
-    def method_fields(self) -> dict:
-        """The csekit fields (pooling and method settings), without the nested backbone config and the settings a
-        sentence-transformers backbone handed on."""
-        from ..modeling.configuration_encoder import SentenceEncoderConfig  # a config module: no model code
-
-        names = []
-        for cls in reversed(self.config_class.__mro__):
-            if isinstance(cls, type) and issubclass(cls, SentenceEncoderConfig):
-                names.extend(name for name in cls.__dict__.get("__annotations__", {}) if name not in names)
-        fields = {item.name: item for item in dataclasses.fields(self.config_class)}
-        return {name: self.values.get(name, fields[name].default if name in fields else None) for name in names
-                if name not in ("encoder_config", "sentence_transformers_settings")}
-
-
 def hyperparameter_rows(config: FolderConfig, arguments: Optional[dict]) -> list:
     """``(name, value, source)`` rows: the config's method fields, then the recipe arguments not already shown."""
     fields = config.method_fields()
@@ -151,16 +82,6 @@ def hyperparameter_rows(config: FolderConfig, arguments: Optional[dict]) -> list
         training = arguments.get("training_args", {})
         rows.extend((name, training[name], "training_args.json") for name in TRAINING_KEYS if name in training)
     return rows
-
-
-def base_model_id(arguments: Optional[dict], record: Optional[dict] = None) -> Optional[str]:
-    """The backbone's Hub id when the recipe started from a Hub model ([`hub_id_of`][csekit.loading.hub_id_of], recorded
-    by the run in ``eval_results.json`` ``base_model``: a Hub id, the embedded all-MiniLM-L6-v2, a snapshot of the
-    Hugging Face cache); a folder without a record falls back to ``model_name_or_path`` when that is a Hub id."""
-    if record and "base_model" in record:
-        return record["base_model"]
-    name = (arguments or {}).get("model_args", {}).get("model_name_or_path")
-    return hub_id_of(name) if name else None
 
 
 def training_datasets(arguments: Optional[dict]) -> Optional[list]:

@@ -21,6 +21,7 @@ from safetensors import safe_open
 from ..atomic import write_json
 from ..loading import ARGUMENTS_FILE
 from ..preflight import weight_files
+from .model_folder import FolderConfig, base_model_id, read_json
 
 MODEL_META_FILE = "mteb_model_meta.json"
 # training data (substrings of the recipe's data arguments) -> the MTEB tasks whose train split it is
@@ -68,7 +69,6 @@ def model_meta_record(model_dir, repo_id: Optional[str] = None, revision: Option
     it is published under (its name and reference), ``name`` the name of a model not published yet (default
     ``csekit/<folder name>``), ``revision`` its commit (``None`` until pushed), ``training_code`` where the training
     code is public (a folder cannot know; ``None`` until it is given)."""
-    from .model_card import FolderConfig, base_model_id, read_json  # model_card imports this module
 
     folder = Path(model_dir)
     config = FolderConfig(folder)

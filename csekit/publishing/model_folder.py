@@ -1,0 +1,93 @@
+"""What a csekit model folder records about itself, read as the card, the MTEB metadata and the upload read it: its
+``config.json`` (without building the config), its ``eval_results.json`` and the Hub id of its base model."""
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Optional
+
+from ..errors import DataError
+from ..evaluation.sts import STS_TASKS
+from ..loading import RESULTS_FILE, hub_id_of
+from ..methods import method_of_model_type
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object (a csekit record) from ``path``; anything else is a
+    [`DataError`][csekit.errors.DataError]."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: holds a JSON {type(value).__name__}, not the object csekit writes; train with a "
+                        "csekit recipe or run `csekit evaluate` again")
+    return value
+
+
+def load_eval_record(model_dir) -> dict:
+    """The folder's ``eval_results.json``; it must hold all 7 STS test scores and their average."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise DataError(f"{model_dir}: not a model folder (no config.json)")
+    path = Path(model_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; train with a csekit recipe or run `csekit evaluate {model_dir} "
+                        f"--output {path}` first")
+    record = read_json(path)
+    scores = record.get("sts")
+    if not isinstance(scores, dict) or not all(isinstance(value, (int, float)) for value in scores.values()):
+        raise DataError(f"{path}: 'sts' is not a mapping of task names to scores")
+    missing = [task for task in (*STS_TASKS, "avg") if task not in scores]
+    if missing:
+        raise DataError(f"{path}: 'sts' lacks {', '.join(missing)}")
+    return record
+
+
+class FolderConfig:
+    """A csekit folder's ``config.json`` as the card reads it, without building the config: building one resolves
+    the nested backbone config through transformers' Auto classes, which load csekit's model code and transformers'
+    ``modeling_utils`` (seconds of imports a card does not need). The method's settings are the fields its registered
+    config class declares (read from the class, not an instance), with the values ``config.json`` holds."""
+
+    def __init__(self, folder: Path):
+        path = folder / "config.json"
+        try:
+            self.values = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise DataError(f"{path}: cannot read it ({error})") from None
+        self.model_type = str(self.values.get("model_type", ""))
+        method = method_of_model_type(self.model_type)
+        if method is None or not isinstance(self.values.get("encoder_config"), dict):
+            raise DataError(f"{folder}: model_type {self.model_type!r} is not a csekit model")
+        self.config_class = method.config_class
+        self.encoder = self.values["encoder_config"]
+        self.architectures = self.values.get("architectures")
+        self.pooler_type = self.values.get("pooler_type", "cls")
+        self.max_length = self.values.get("max_length")
+        self.sentence_transformers_settings = self.values.get("sentence_transformers_settings")
+
+    def method_fields(self) -> dict:
+        """The csekit fields (pooling and method settings), without the nested backbone config and the settings a
+        sentence-transformers backbone handed on."""
+        from ..modeling.configuration_encoder import SentenceEncoderConfig  # a config module: no model code
+
+        names = []
+        for cls in reversed(self.config_class.__mro__):
+            if isinstance(cls, type) and issubclass(cls, SentenceEncoderConfig):
+                names.extend(name for name in cls.__dict__.get("__annotations__", {}) if name not in names)
+        fields = {item.name: item for item in dataclasses.fields(self.config_class)}
+        return {name: self.values.get(name, fields[name].default if name in fields else None) for name in names
+                if name not in ("encoder_config", "sentence_transformers_settings")}
+
+
+def base_model_id(arguments: Optional[dict], record: Optional[dict] = None) -> Optional[str]:
+    """The backbone's Hub id when the recipe started from a Hub model ([`hub_id_of`][csekit.loading.hub_id_of], recorded
+    by the run in ``eval_results.json`` ``base_model``: a Hub id, the embedded all-MiniLM-L6-v2, a snapshot of the
+    Hugging Face cache); a folder without a record falls back to ``model_name_or_path`` when that is a Hub id."""
+    if record and "base_model" in record:
+        return record["base_model"]
+    name = (arguments or {}).get("model_args", {}).get("model_name_or_path")
+    return hub_id_of(name) if name else None
+
+
+__all__ = ["FolderConfig", "base_model_id", "load_eval_record", "read_json"]
