@@ -359,12 +359,12 @@ def build_trainer(recipe: ContrastiveRecipe, run: CheckedRun, model_args, data_a
         raise DataError(f"--matryoshka_dims: {type(model).__name__}'s inference vectors (this config's) are not a "
                         "Linear chain over the pooler, so their first coordinates cannot be trained as they are used; "
                         "choose an inference representation without whitening")
-    logger.info("training step: %s, %s batches (%s)%s", "compiled (--torch_compile)" if training_args.torch_compile
-                else "eager", "packed" if data_args.padding_free else "padded",
-                getattr(data_args, "layout_reason", "--padding_free"),
-                f", lengths padded to a multiple of {data_args.pad_to_multiple_of}"
-                if data_args.pad_to_multiple_of and not data_args.padding_free else "")
     collator = recipe.collator(run.tokenizer, model, data_args, extra_args)
+    packed = getattr(collator, "padding_free", False)  # (a backbone that cannot pack was logged by the collator)
+    logger.info("training step: %s, %s batches (%s)%s", "compiled (--torch_compile)" if training_args.torch_compile
+                else "eager", "packed" if packed else "padded", getattr(data_args, "layout_reason", "--padding_free"),
+                f", lengths padded to a multiple of {data_args.pad_to_multiple_of}"
+                if data_args.pad_to_multiple_of and not packed else "")
     if hasattr(collator, "draws"):  # its random draws derive from the run's seed (randomness.py)
         collator.draws.seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
     collator.text_ids = training_args.duplicate_negatives == "mask"
