@@ -103,6 +103,15 @@ def load_generator(name_or_path: str, vocab_size: int) -> nn.Module:
     return generator.requires_grad_(False)
 
 
+def condition_on_sentence_vectors(module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
+    """A forward hook of the discriminator's embeddings: the first position of ``output`` (after LayerNorm and
+    dropout) replaced by ``module.sentence_vectors`` when they are set (the authors' ``cls_input``)."""
+    vectors = getattr(module, "sentence_vectors", None)
+    if vectors is None:  # the discriminator called on its own
+        return output
+    return torch.cat([vectors.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
+
+
 class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
     """Training-time DiffCSE: [`DiffCSEModel`][csekit.modeling.modeling_diffcse.DiffCSEModel] + the frozen
     ``generator``, the ``discriminator`` (a copy of the encoder) and its two-way ``electra_head``.
@@ -126,17 +135,13 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
         self.condition_discriminator()
 
     def condition_discriminator(self) -> None:
-        """Hook the discriminator's embeddings once: while ``replaced_token_detection`` runs, its first position
-        (after LayerNorm and dropout) is the sentence vector ``h``. A hook kept for the model's life, not added per
-        call, so a compiled step has no graph break."""
-        self._rtd_vectors = None
-
-        def condition(module, inputs, output):
-            if self._rtd_vectors is None:  # the discriminator called on its own
-                return output
-            return torch.cat([self._rtd_vectors.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
-
-        self.discriminator.embeddings.register_forward_hook(condition)
+        """Hook the discriminator's embeddings once (`condition_on_sentence_vectors`): while
+        ``replaced_token_detection`` runs, their first position is the sentence vector ``h``. A hook kept for the
+        model's life, not added per call, so a compiled step has no graph break; it reads the vectors from the module
+        it hooks, so a copy of the model conditions on its own."""
+        embeddings = self.discriminator.embeddings
+        embeddings.sentence_vectors = None
+        embeddings.register_forward_hook(condition_on_sentence_vectors)
 
     @classmethod
     def from_encoder(cls, encoder_name_or_path: str, **config_kwargs) -> "DiffCSEForPreTraining":
@@ -187,12 +192,13 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
             filled = self.generator(input_ids=masked, attention_mask=mask).logits.argmax(-1)
         filled[:, 0] = tokens[:, 0]  # the first token ([CLS] / <s>) stays
         replaced = (filled != tokens).long() * mask
-        self._rtd_vectors = embeddings.reshape(-1, embeddings.shape[-1])  # h takes the first position
+        conditioned = self.discriminator.embeddings
+        conditioned.sentence_vectors = embeddings.reshape(-1, embeddings.shape[-1])  # h takes the first position
         try:
             extra = {} if token_types is None else {"token_type_ids": token_types}
             hidden = self.discriminator(input_ids=filled * mask, attention_mask=mask, **extra).last_hidden_state
         finally:
-            self._rtd_vectors = None
+            conditioned.sentence_vectors = None
         logits = self.electra_head(hidden)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         loss = F.cross_entropy(logits.reshape(-1, 2), replaced.reshape(-1))

@@ -105,6 +105,8 @@ def test_torch_compile_pads_every_batch_to_one_length_unless_the_loss_counts_pad
     with pytest.raises(DataError, match="counts the padded positions"):
         METHODS["diffcse"].recipe_module.RECIPE.parse(["--pad_to_multiple_of", "8"])
     assert METHODS["diffcse"].recipe_module.RECIPE.parse(["--torch_compile", "true"])[1].pad_to_multiple_of is None
+    with pytest.raises(DataError, match="positive"):
+        METHODS["simcse"].recipe_module.RECIPE.parse(["--pad_to_multiple_of", "-8"])
 
 
 def test_torch_compile_pads_and_a_gpu_defaults_to_padded_batches():

@@ -6,6 +6,8 @@ published model without the training-only networks.
 
 The authors' computations are written here from reading their files (never imported or copied)."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -143,9 +145,13 @@ def test_the_discriminator_sees_the_sentence_vector(tokenizer):
     model = diffcse_model(tokenizer)
     batch = batch_for(tokenizer, model.config)
     first = model(**batch).rtd_loss.item()
+    copied = copy.deepcopy(model)  # a copy conditions its discriminator on its own vectors, not the original's
+    torch.testing.assert_close(copied(**batch).rtd_loss, model(**batch).rtd_loss)
     with torch.no_grad():
         model.encoder.embeddings.word_embeddings.weight.mul_(1.5)  # another sentence vector, the same tokens
         assert model(**batch).rtd_loss.item() != pytest.approx(first, rel=1e-6)
+        copied.encoder.embeddings.word_embeddings.weight.mul_(1.5)
+        torch.testing.assert_close(copied(**batch).rtd_loss, model(**batch).rtd_loss)
 
 
 def test_the_published_model_has_no_training_only_networks(tokenizer, tmp_path):

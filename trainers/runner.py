@@ -103,6 +103,8 @@ class ContrastiveRecipe:
                                    prog)
         data_args, training_args = parsed[1], parsed[2]
         data_args.padding_free, data_args.layout_reason = training_layout(data_args.padding_free, training_args)
+        if data_args.pad_to_multiple_of is not None and data_args.pad_to_multiple_of < 1:
+            raise DataError(f"--pad_to_multiple_of {data_args.pad_to_multiple_of}: give a positive length")
         if not self.method.packing and data_args.pad_to_multiple_of:  # (the capability says why)
             raise DataError(f"--pad_to_multiple_of: {self.method.name}'s loss counts the padded positions, so more "
                             "padding would change it")
