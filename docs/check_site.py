@@ -42,12 +42,11 @@ def page_problems(name: str, page: str) -> list:
     return problems
 
 
-def public_names() -> list:
-    """Every name the reference must anchor, as ``module.name`` of the module that defines it."""
+def exported_names() -> list:
+    """Each callable in the ``__all__`` of ``csekit`` and of the API reference's modules, as ``module.name`` of the
+    module that defines it (a re-exported name is anchored where it is defined: that module needs a ``:::`` entry)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from hooks import API_MODULES
-
-    from csekit.methods import METHODS
 
     names = []
     for module_name in ("csekit", *API_MODULES):
@@ -57,6 +56,15 @@ def public_names() -> list:
             defined = getattr(value, "__module__", None)
             if callable(value) and defined and defined.startswith("csekit"):
                 names.append(f"{defined}.{getattr(value, '__qualname__', name)}")
+    return names
+
+
+def public_names() -> list:
+    """Every name the reference must anchor: the exported names and each registered method's config, model and
+    trainer (their pages are generated from the registry)."""
+    from csekit.methods import METHODS
+
+    names = exported_names()
     for method in METHODS.values():
         names.extend(reference.replace(":", ".") for reference in (method.config, method.model, method.trainer))
     return sorted(set(names))

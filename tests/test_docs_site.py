@@ -1,6 +1,7 @@
 """docs/check_site.py, the checks .ci/run runs on the built documentation site: each kind of breakage a reader would
 see is found on a page that has it, and a clean page passes."""
 
+import re
 import sys
 
 from conftest import REPO_ROOT
@@ -43,3 +44,14 @@ def test_a_public_name_without_an_anchor_and_a_published_build_file_are_found(tm
     assert check_site.site_problems(tmp_path) == ["no anchor for the public name csekit.trainers.simcse.SimCSETrainer"]
     (tmp_path / "hooks.py").write_text("")
     assert "hooks.py: a build file published" in check_site.site_problems(tmp_path)
+
+
+def test_every_exported_name_is_defined_in_a_module_the_reference_renders():
+    """The build-free half of the anchor check: a name re-exported from a module the reference renders, but defined in
+    one it does not, has no anchor on the site."""
+    from hooks import method_api
+
+    pages = "".join(path.read_text() for path in (REPO_ROOT / "docs").rglob("*.md")) + method_api()
+    rendered = set(re.findall(r"^::: ([\w.]+)$", pages, re.M))
+    assert [name for name in check_site.exported_names()
+            if not {name, name.rsplit(".", 1)[0], name.rsplit(".", 2)[0]} & rendered] == []
