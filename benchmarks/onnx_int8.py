@@ -136,6 +136,48 @@ def candidates(float32: Path, work: Path, model: str, tokenizer) -> dict:
     return graphs
 
 
+def real_text(args, argv) -> None:
+    """``--real-text``: ``csekit export-onnx --quantize int8`` (the shipped graph) against the float32 export on the
+    2,551 distinct STS-B test sentences: the lowest and mean cosine and the largest coordinate difference (batches of
+    64), and each graph's batch dependence (a sentence alone against the same sentence in a batch of 32)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from csekit.data import resolve_data_dir
+    from csekit.evaluation.sts import STSEvaluator
+    from csekit.publishing.onnx_export import GRAPH_FILE, cosines, export_onnx, onnx_vectors
+
+    torch.set_num_threads(args.threads)
+    texts = STSEvaluator(resolve_data_dir(None), ["STSBenchmark"], split="test").sentences()
+    work = Path(tempfile.mkdtemp())
+    rows = {}
+    for name, quantize in (("float32", None), ("int8 (--quantize int8)", "int8")):
+        record = export_onnx(args.model, work / name.split()[0], quantize=quantize)
+        tokenizer = AutoTokenizer.from_pretrained(work / name.split()[0])
+        graph = session(work / name.split()[0] / GRAPH_FILE, args.threads)
+        rows[name] = {batch: onnx_vectors(graph, tokenizer, texts, record["max_length"], batch)
+                      for batch in (64, 32, 1)}
+    reference = rows["float32"][64]
+    lines = [f"Command: `python benchmarks/onnx_int8.py {' '.join(argv if argv is not None else sys.argv[1:])}`", "",
+             f"Machine: {machine_description()}; {args.threads} onnxruntime threads. Model: {args.model}. Text: the "
+             f"{len(texts):,} distinct STS-B test sentences.", "",
+             "| graph | min cosine to float32 | mean cosine | max diff | alone vs batch of 32, min cosine |",
+             "|---|---:|---:|---:|---:|"]
+    record = {}
+    for name, vectors in rows.items():
+        cosine = cosines(vectors[64], reference)
+        record[name] = {"min_cosine": float(cosine.min()), "mean_cosine": float(cosine.mean()),
+                        "max_abs_difference": float(np.abs(vectors[64] - reference).max()),
+                        "batch_min_cosine": float(cosines(vectors[1], vectors[32]).min())}
+        lines.append(f"| {name} | {record[name]['min_cosine']:.4f} | {record[name]['mean_cosine']:.4f} | "
+                     f"{record[name]['max_abs_difference']:.4f} | {record[name]['batch_min_cosine']:.4f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.output:
+        write_outputs(args.output, "onnx_int8_real_text", {"command": lines[0], "machine": machine_description(),
+                                                           "rows": record}, text)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -145,9 +187,14 @@ def main(argv=None) -> None:
     parser.add_argument("--output", default=None)
     parser.add_argument("--st-side", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--texts", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--real-text", action="store_true",
+                        help="Only the shipped int8 graph's accuracy on the STS-B test sentences (no timing).")
     args = parser.parse_args(argv)
     if args.st_side:
         st_side(args)
+        return
+    if args.real_text:
+        real_text(args, argv)
         return
 
     import torch

@@ -15,6 +15,7 @@ Every folder is checked before use ([`csekit.preflight.read_model_config`][cseki
 type transformers implements).
 """
 
+import os
 import re
 from pathlib import Path
 from typing import Optional
@@ -25,6 +26,7 @@ from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, Repo
 
 from .errors import DataError
 from .preflight import read_model_config, weight_files
+from .st_folder import check_family, is_st_folder, module_entries, module_folders, module_kind
 
 # what csekit writes next to a trained model besides the weights: the test scores and the JSON twin of
 # transformers' pickled training_args.bin (model cards read both; nothing is unpickled)
@@ -75,7 +77,7 @@ def check_safetensors(folder) -> None:
                             "download the model again") from None
 
 
-def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
+def hub_snapshot(repo_id: str, require_weights: bool = True, any_pipeline: bool = False) -> str:
     """The local snapshot folder of Hub model ``repo_id``, downloaded into the Hugging Face cache if needed.
 
     Raises [`DataError`][csekit.loading.DataError] with one line when the id is unknown, gated, or not cached while
@@ -99,8 +101,9 @@ def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     except RepositoryNotFoundError:
         raise DataError(f"{repo_id}: no such model on the Hugging Face Hub (a private one needs `hf auth login` "
                         "or HF_TOKEN)") from None
-    present = {"config.json": (Path(folder) / "config.json").is_file(),
-               "weights": has_weights(Path(folder)) or not require_weights}
+    pipeline = any_pipeline and is_st_folder(folder)  # a sentence-transformers pipeline: its modules hold these
+    present = {"config.json": (Path(folder) / "config.json").is_file() or pipeline,
+               "weights": has_weights(Path(folder)) or not require_weights or pipeline}
     missing = [name for name, found in present.items() if not found]
     if missing:
         where = "the local cache holds an incomplete copy" if offline else "the Hub repository has none"
@@ -108,15 +111,21 @@ def hub_snapshot(repo_id: str, require_weights: bool = True) -> str:
     return folder
 
 
-def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
+def resolve_model_path(name_or_path: str, require_weights: bool = True, any_pipeline: bool = False) -> str:
     """A local folder for ``name_or_path``: a model folder, the embedded MiniLM, or a Hub id (see module docstring).
 
-    Raises [`DataError`][csekit.loading.DataError] for a folder without ``config.json`` or (``require_weights``)
-    without readable weights
-    ([`check_safetensors`][csekit.loading.check_safetensors]), and for a path that is not a folder.
+    Raises [`DataError`][csekit.loading.DataError] for a folder of another sentence-transformers family than a dense
+    embedder ([`check_family`][csekit.st_folder.check_family]), for a folder without ``config.json`` or
+    (``require_weights``) without readable weights ([`check_safetensors`][csekit.loading.check_safetensors]), and for
+    a path that is not a folder. ``any_pipeline``: a sentence-transformers folder with no model at its root (a Router,
+    a StaticEmbedding, the older ``0_Transformer/`` layout) is taken as it is, for sentence-transformers to load
+    (what scoring does); otherwise it is refused, since csekit trains and exports a model at the folder's root.
     """
     folder = Path(name_or_path).expanduser()
     if folder.is_dir():
+        check_family(name_or_path, folder)
+        if is_st_folder(folder) and not (folder / "config.json").is_file():
+            return pipeline_folder(name_or_path, folder, any_pipeline)
         if require_weights:
             refuse_pickled_weights(name_or_path, folder)
         if require_weights and not has_weights(folder):
@@ -130,11 +139,48 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True) -> str:
         raise DataError(f"{name_or_path}: not a model folder (nor a Hub id such as org/name)")
     else:
         repo_id = "sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path
-        resolved = hub_snapshot(repo_id, require_weights)
+        resolved = hub_snapshot(repo_id, require_weights, any_pipeline)
+        check_family(name_or_path, resolved)
+        if is_st_folder(resolved) and not (Path(resolved) / "config.json").is_file():
+            return pipeline_folder(name_or_path, Path(resolved), any_pipeline)
     read_model_config(resolved)
     if require_weights:
         check_safetensors(resolved)
     return resolved
+
+
+def pipeline_folder(name: str, folder: Path, any_pipeline: bool) -> str:
+    """``folder``, a sentence-transformers pipeline without a model at its root, when ``any_pipeline``; else a
+    [`DataError`][csekit.loading.DataError] naming its modules."""
+    entries = module_entries(folder)
+    if not any_pipeline:
+        modules = " > ".join(module_kind(entry) for entry in entries) or "no modules"
+        raise DataError(f"{name}: a sentence-transformers pipeline ({modules}) with no model at the folder's root "
+                        "(no config.json); csekit trains, exports and applies --pooler to a model at the root, and "
+                        "`csekit evaluate` scores this folder as sentence-transformers loads it")
+    for module in {folder / path for path in module_folders(folder, entries)} | {folder}:
+        refuse_pickled_weights(name, module)
+        check_safetensors(module)
+    return str(folder)
+
+
+LOCAL_PATHS = "local_paths"  # the key of a record's list of the local paths it names
+
+
+def local_paths(value) -> list:
+    """The strings in ``value`` (parsed JSON) that are local paths here: absolute (``~`` included), or with a folder
+    part that exists from the working directory. A record keeps them under ``local_paths`` when written, so a card or
+    an upload made later, from any folder, shows each by its base name (``csekit.publishing.model_folder``)."""
+    if isinstance(value, dict):
+        return sorted({path for key, item in value.items() if key != LOCAL_PATHS for path in local_paths(item)})
+    if isinstance(value, list):
+        return sorted({path for item in value for path in local_paths(item)})
+    if not isinstance(value, str) or not value or "\n" in value or "://" in value:
+        return []
+    expanded = os.path.expanduser(value)
+    local = os.path.isabs(expanded) or bool(re.match(r"[A-Za-z]:[\\/]", value)) or (
+        ("/" in value or os.sep in value) and Path(expanded).exists())
+    return [value] if local else []
 
 
 def snapshot_of(folder) -> Optional[tuple]:
@@ -178,6 +224,6 @@ def resolve_device(name: Optional[str] = None) -> torch.device:
 
 __all__ = [
     "ARGUMENTS_FILE", "EMBEDDED_MODELS", "RESULTS_FILE", "check_safetensors", "embedded_minilm_path", "hub_id_of",
-    "hub_snapshot", "snapshot_of",
+    "LOCAL_PATHS", "hub_snapshot", "local_paths", "pipeline_folder", "snapshot_of",
     "resolve_device", "resolve_model_path",
 ]

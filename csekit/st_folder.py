@@ -32,10 +32,75 @@ CHANGING_SETTINGS = ("do_lower_case", "model_kwargs", "config_kwargs", "processo
                      "model_args", "config_args", "processing_kwargs")
 ST_CHUNK_BATCHES = 4  # batches per SentenceTransformer.encode call while scoring (one step of csekit's bar)
 DEFAULT_SETTINGS = {"transformer_task": "feature-extraction", "module_output_name": "token_embeddings"}
+FAMILY_FILE = "config_sentence_transformers.json"
+DENSE_FAMILY = "SentenceTransformer"
+# the other families sentence-transformers writes, and why csekit refuses each
+OTHER_FAMILIES = {
+    "SparseEncoder": "sparse vocabulary-sized term weights, which its own SparseEncoder.encode gives; score it "
+                     "with SparseEncoder or mteb",
+    "CrossEncoder": "it scores a pair of sentences together and gives no sentence vector",
+    "MultiVectorEncoder": "one vector per token, compared by late interaction, not one sentence vector",
+}
 
 
 def is_st_folder(folder) -> bool:
     return (Path(folder) / MODULES_FILE).is_file()
+
+
+def declared_family(folder) -> Optional[str]:
+    """The sentence-transformers family ``folder`` declares, as sentence-transformers itself decides it:
+    ``config_sentence_transformers.json``'s ``model_type`` (``"SentenceTransformer"`` when a folder with
+    ``modules.json`` has none); for a folder without ``modules.json``, ``"CrossEncoder"`` when its ``config.json``
+    carries a cross-encoder's activation (sentence-transformers 4's ``sentence_transformers`` entry, the older
+    ``sbert_ce_default_activation_function``); ``None`` for a folder sentence-transformers did not write."""
+    folder = Path(folder)
+    if is_st_folder(folder):
+        declared = read_json(folder / FAMILY_FILE).get("model_type", DENSE_FAMILY)
+        return declared if isinstance(declared, str) else repr(declared)
+    try:  # a damaged config.json is named by the model checks that read it (csekit.preflight.read_model_config)
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    if isinstance(config.get("sentence_transformers"), dict) or "sbert_ce_default_activation_function" in config:
+        return "CrossEncoder"
+    return None
+
+
+def check_family(name: str, folder) -> None:
+    """A [`DataError`][csekit.st_folder.DataError] naming the family unless ``folder`` is a dense sentence embedder
+    (or no sentence-transformers folder at all): csekit never converts a folder into another family, which is what
+    ``SentenceTransformer(folder)`` does with a sparse or cross-encoder folder (it mean-pools their transformer)."""
+    family = declared_family(folder)
+    if family in (None, DENSE_FAMILY):
+        return
+    why = OTHER_FAMILIES.get(family, "a family csekit does not read")
+    raise DataError(f"{name}: a sentence-transformers {family} folder ({why}); csekit reads dense sentence embedders "
+                    f"only and never converts one family into another")
+
+
+def module_folders(folder, entries: list) -> list:
+    """Every folder whose files a pipeline loads, relative to ``folder``: each module's path and, for a Router, the
+    sub-module folders its ``router_config.json`` names (each checked to lie inside ``folder``)."""
+    folder = Path(folder)
+    found = []
+    for index, entry in enumerate(entries):
+        found.append(entry["path"])
+        if module_kind(entry) == "Router":
+            router = read_json(folder / entry["path"] / "router_config.json")
+            for name in router.get("types") or {}:
+                found.append(_module_path(folder, {"path": str(PurePosixPath(entry["path"] or ".") / name)}, index))
+    return list(dict.fromkeys(found))
+
+
+def transformer_folder(folder, entries: list) -> Optional[Path]:
+    """The folder of the pipeline's first Transformer module (the root, or ``0_Transformer/`` of the older layout),
+    or ``None`` (a Router, a StaticEmbedding)."""
+    for entry in entries:
+        if module_kind(entry) == "Transformer":
+            return Path(folder) / entry["path"]
+    return None
 
 
 def module_kind(entry: dict) -> str:
@@ -46,6 +111,9 @@ def module_kind(entry: dict) -> str:
 def _module_path(folder: Path, entry, index: int) -> str:
     path = entry.get("path") if isinstance(entry, dict) else None
     where = f"{folder / MODULES_FILE}: module {index}"
+    if path is None:
+        kind = module_kind(entry) if isinstance(entry, dict) else repr(entry)
+        raise DataError(f"{where} ({kind}) has no path; refused (save the model again with sentence-transformers)")
     if not isinstance(path, str) or "\\" in path:
         raise DataError(f"{where}: path {path!r} is not a sub-folder of the model folder; refused")
     if path == "":
@@ -151,6 +219,9 @@ def describe_modules(folder: Path, entries: list) -> list:
         kind, config = module_kind(entry), read_json(folder / entry.get("path", "") / "config.json")
         if kind == "Pooling":
             kind += f"({'+'.join(map(str, pooling_modes(config)))})"
+        elif kind == "Router":
+            routes = read_json(folder / entry.get("path", "") / "router_config.json")
+            kind += f"(default route: {routes.get('parameters', {}).get('default_route')})"
         elif kind == "Dense" and "in_features" in config:
             kind += f"({config['in_features']}->{config.get('out_features')})"
         described.append(kind)
@@ -213,5 +284,8 @@ def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: i
     return embed, info
 
 
-__all__ = ["MODULES_FILE", "PICKLE_SUFFIXES", "describe_modules", "is_st_folder", "load_st_embedder",
-           "module_entries", "module_kind", "pipeline_name", "plain_max_length", "plain_pipeline", "pooling_modes"]
+__all__ = [
+    "MODULES_FILE", "PICKLE_SUFFIXES", "check_family", "declared_family", "describe_modules", "is_st_folder",
+    "load_st_embedder", "module_entries", "module_folders", "module_kind", "pipeline_name", "plain_max_length",
+    "plain_pipeline", "pooling_modes", "transformer_folder",
+]

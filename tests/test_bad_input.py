@@ -51,6 +51,14 @@ NO_EPOCHS = "--num_train_epochs 0: no training step would run; give --num_train_
 LOCKED = ("--output_dir locked: in use by process … on … (locked/.csekit-lock); wait for it to end or choose another "
           "--output_dir (delete the lock file only if that run is gone)")
 E = "csekit: error: "
+NEVER_CONVERTED = "csekit reads dense sentence embedders only and never converts one family into another"
+SPARSE = ("sparse: a sentence-transformers SparseEncoder folder (sparse vocabulary-sized term weights, which its own "
+          f"SparseEncoder.encode gives; score it with SparseEncoder or mteb); {NEVER_CONVERTED}")
+CROSS = ("cross: a sentence-transformers CrossEncoder folder (it scores a pair of sentences together and gives no "
+         f"sentence vector); {NEVER_CONVERTED}")
+ROUTER = ("router: a sentence-transformers pipeline (Router) with no model at the folder's root (no config.json); "
+          "csekit trains, exports and applies --pooler to a model at the root, and `csekit evaluate` scores this "
+          "folder as sentence-transformers loads it")
 
 ROWS = [
     # recipes (see DEFAULTS for the flags the rows add)
@@ -258,8 +266,11 @@ ROWS = [
         E + "--output_dir /proc/csekit-out: cannot write in /proc (…); choose a folder you can write to"),
     Row("csekit train simcse --output_dir locked", "output folder another run holds", E + LOCKED),
     Row("csekit train simcse --data_dir partial-data", "an STS test file missing (read at the end of the run)",
-        E + "partial-data/senteval/downstream/STS/STS16-en-test/STS.input.…: no such file (is --data-dir pointing at "
-        "a folder with senteval/downstream?)"),
+        E + "partial-data/senteval/downstream/STS/STS16-en-test/STS.input.…: no such file (an incomplete SentEval "
+        "folder: run `csekit download senteval` again)"),
+    Row("csekit train simcse --data_dir a-folder", "a data folder without SentEval",
+        E + "a-folder: no SentEval data (senteval/downstream); run `csekit download senteval --data-dir a-folder`, or "
+        "pass --data_dir with the folder that holds it"),
     Row("csekit train simcse --data_dir missing", "missing data folder",
         E + "no data folder found (tried: missing); pass --data-dir, set CSEKIT_DATA_DIR, or run "
         "`csekit download senteval`"),
@@ -412,6 +423,14 @@ ROWS = [
         E + "repo id 'me/bad--' is not a valid Hub repository id (…)"),
     Row("csekit push tiny me/bad-- --dry-run", "invalid repository id",
         E + "repo id 'me/bad--' is not a valid Hub repository id (…)"),
+    # sentence-transformers folders of another family, or that need a model at the root
+    Row("csekit evaluate sparse --tasks sts", "a SparseEncoder (SPLADE) folder", E + SPARSE),
+    Row("csekit evaluate cross --tasks sts", "a CrossEncoder folder", E + CROSS),
+    Row("csekit train simcse --model_name_or_path cross", "a CrossEncoder folder as backbone", E + CROSS),
+    Row("csekit train simcse --model_name_or_path router", "a Router pipeline as backbone", E + ROUTER),
+    Row("csekit evaluate no-path --tasks sts", "a `modules.json` entry without a path",
+        E + "no-path/modules.json: module 1 (Pooling) has no path; refused (save the model again with "
+        "sentence-transformers)"),
 ]
 
 # flags a row's command gets unless it gives them (the table stays readable)
@@ -557,8 +576,33 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
     decoder = json.loads((folder / "bert-as-decoder" / "config.json").read_text())
     (folder / "bert-as-decoder" / "config.json").write_text(json.dumps({**decoder, "is_decoder": True}))
     (folder / "locked").mkdir()  # a folder this (running) process holds
+    save_other_families(folder, tokenizer)
     (folder / "locked" / ".csekit-lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     return folder
+
+
+def save_other_families(folder: Path, tokenizer) -> None:
+    """``sparse``, ``cross``, ``router`` and ``no-path``: folders sentence-transformers itself saves (``no-path``
+    with its Pooling entry's path removed from ``modules.json``)."""
+    from sentence_transformers import CrossEncoder, SentenceTransformer, SparseEncoder
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+    from transformers import BertForMaskedLM
+
+    BertForMaskedLM(tiny_bert_config(vocab_size=len(tokenizer))).save_pretrained(folder / "masked-lm")
+    tokenizer.save_pretrained(folder / "masked-lm")
+    SparseEncoder(modules=[MLMTransformer(str(folder / "masked-lm")), SpladePooling("max")], device="cpu").save(
+        str(folder / "sparse"))
+    CrossEncoder(str(folder / "bert"), num_labels=1, device="cpu").save(str(folder / "cross"))
+    router = Router.for_query_document(query_modules=[Transformer(str(folder / "bert")), Pooling(32, "mean")],
+                                       document_modules=[Transformer(str(folder / "bert")), Pooling(32, "cls")])
+    SentenceTransformer(modules=[router], device="cpu").save(str(folder / "router"))
+    transformer = Transformer(str(folder / "bert"))
+    SentenceTransformer(modules=[transformer, Pooling(32, "mean")], device="cpu").save(str(folder / "no-path"))
+    entries = json.loads((folder / "no-path" / "modules.json").read_text())
+    del entries[1]["path"]
+    (folder / "no-path" / "modules.json").write_text(json.dumps(entries))
 
 
 def copy_folder(source: Path, destination: Path) -> None:

@@ -213,14 +213,16 @@ def test_saved_model_loads_with_automodel_remote_code_and_sentence_transformers(
 
 @pytest.mark.parametrize("method", methods())
 def test_card_and_push_dry_run_publish_no_local_path_and_no_pickle(method, trained, tmp_path, capsys):
-    from csekit.publishing.hub import publishable_copy
+    from csekit.publishing.hub import files_to_push, publishable_copy
 
     folder = trained(method)
     assert cli.main(["card", str(folder), "--figure", "never", "--repo-id", "org/name"]) == 0
     assert 'from_pretrained("org/name"' in (folder / "README.md").read_text()
     capsys.readouterr()
     assert cli.main(["push", str(folder), "org/name", "--dry-run"]) == 0
-    files = capsys.readouterr().out.split()
+    plan = capsys.readouterr().out
+    files = files_to_push(folder)
+    assert all(f"\n  {name}  " in plan for name in files)
     assert {"config.json", "README.md"} <= set(files) and any(name.endswith(".safetensors") for name in files)
     assert not [name for name in files if name.endswith((".bin", ".pt", ".pkl", ".pickle", ".pth"))]
     published = tmp_path / "published"

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -299,6 +300,24 @@ def test_full_disk_is_one_line_and_nothing_half_kept(tiny_backbone, corpus, smal
 
 
 # ------------------------------------------------------------------------------------------------ publishing
+def pushed(folder: Path, monkeypatch) -> dict:
+    """``{name: bytes}`` that ``push_to_hub(folder)`` uploads, through a mock Hub API."""
+    from unittest import mock
+
+    from csekit.publishing.hub import push_to_hub
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    uploaded = {}
+
+    def upload_folder(folder_path, allow_patterns, **kwargs):
+        uploaded.update({name: (Path(folder_path) / name).read_bytes() for name in allow_patterns})
+
+    api = mock.MagicMock()
+    api.upload_folder.side_effect = upload_folder
+    push_to_hub(folder, "someone/tiny", api=api)
+    return uploaded
+
+
 def test_local_paths_become_base_names_and_hub_ids_stay():
     from csekit.publishing.hub import strip_local_paths
 
@@ -313,9 +332,8 @@ def test_local_paths_become_base_names_and_hub_ids_stay():
 
 def test_push_uploads_no_local_path_and_model_files_have_the_folder_mode(tiny_backbone, corpus, tmp_path,
                                                                           monkeypatch):
-    from unittest import mock
 
-    from csekit.publishing.hub import PATHS_NOTE, push_to_hub
+    from csekit.publishing.model_folder import PATHS_NOTE
 
     out = tmp_path / "clientX" / "out"
     umask = os.umask(0o022)
@@ -327,15 +345,7 @@ def test_push_uploads_no_local_path_and_model_files_have_the_folder_mode(tiny_ba
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
     assert set(modes.values()) == {0o644}, modes
 
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
-    uploaded = {}
-
-    def upload_folder(folder_path, allow_patterns, **kwargs):
-        uploaded.update({name: (Path(folder_path) / name).read_bytes() for name in allow_patterns})
-
-    api = mock.MagicMock()
-    api.upload_folder.side_effect = upload_folder
-    push_to_hub(out, "someone/tiny", api=api)
+    uploaded = pushed(out, monkeypatch)
     local = [str(tmp_path), str(tiny_backbone.parent), str(corpus.parent)]
     for name, content in uploaded.items():
         if not name.endswith((".safetensors", ".png")):
@@ -346,7 +356,9 @@ def test_push_uploads_no_local_path_and_model_files_have_the_folder_mode(tiny_ba
     assert arguments["model_args"]["model_name_or_path"] == tiny_backbone.name
     assert arguments["data_args"]["train_file"] == corpus.name
     assert not list(out.glob(".csekit-upload-*"))  # the upload copy is gone
-    assert (out / "training_args.json").read_text().count(str(tiny_backbone)) == 1  # the local record is untouched
+    local = json.loads((out / "training_args.json").read_text())  # the local record is untouched
+    assert local["model_args"]["model_name_or_path"] == str(tiny_backbone)
+    assert str(tiny_backbone) in local["local_paths"]
 
 
 def test_every_file_csekit_writes_follows_the_umask(tiny_backbone, corpus, tmp_path):
@@ -374,3 +386,29 @@ def test_debug_shows_the_traceback_of_bad_input(tmp_path, monkeypatch):
     monkeypatch.setenv("CSEKIT_DEBUG", "1")
     with pytest.raises(DataError, match="not valid JSON"):
         cli.main(["evaluate", str(tmp_path / "model")])
+
+
+def test_a_card_and_an_upload_made_from_another_folder_hold_no_relative_local_path(tiny_backbone, corpus, tmp_path,
+                                                                                   monkeypatch):
+    """A run given relative paths, its card, and a push run from another working directory: the paths were local
+    where the run was (``local_paths`` of its records), so neither the card nor the upload shows them."""
+
+
+    run = tmp_path / "project"
+    shutil.copytree(tiny_backbone, run / "models" / "backbone")
+    (run / "data").mkdir()
+    shutil.copy(corpus, run / "data" / "corpus.txt")
+    monkeypatch.chdir(run)
+    assert cli.main(flags(Path("models/backbone"), Path("data/corpus.txt"), Path("outputs/tiny"), "--max_steps", "2",
+                          "--save_strategy", "no", "--do_test_eval", "true")) == 0
+    relative = ["models/backbone", "data/corpus.txt", "outputs/tiny"]
+    card = (run / "outputs" / "tiny" / "README.md").read_text()
+    assert not [path for path in relative + [str(tmp_path)] if path in card]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the relative paths name nothing here
+    uploaded = pushed(run / "outputs" / "tiny", monkeypatch)
+    texts = {name: content.decode() for name, content in uploaded.items() if name.endswith((".json", ".md"))}
+    assert not [(name, path) for name, text in texts.items() for path in relative + [str(tmp_path)] if path in text]
+    arguments = json.loads(texts["training_args.json"])
+    assert "local_paths" not in arguments and arguments["model_args"]["model_name_or_path"] == "backbone"

@@ -300,8 +300,18 @@ def test_cli_card_and_dry_run(trained, capsys):
     assert csekit(["card", str(trained), "--figure", "never", "--repo-id", "org/name"]) == 0
     assert 'AutoModel.from_pretrained("org/name"' in (trained / "README.md").read_text()
     capsys.readouterr()
-    assert csekit(["push", str(trained), "org/name", "--dry-run"]) == 0
-    assert capsys.readouterr().out.split() == files_to_push(trained)
+    assert csekit(["push", str(trained), "org/name", "--dry-run", "--private"]) == 0
+    plan = capsys.readouterr().out.splitlines()
+    files = files_to_push(trained)
+    assert plan[0].startswith(f"would upload {len(files)} files (") and plan[0].endswith(
+        ") to https://huggingface.co/org/name (private; created if it does not exist):")
+    assert [line.split()[0] for line in plan[1:1 + len(files)]] == files
+    assert plan[1 + len(files):3 + len(files)] == ["the real push also:",
+                                                   "  re-renders README.md with org/name in its loading snippets"]
+    hidden = plan[3 + len(files)]  # the run's backbone, data and output folders: absolute paths where it ran
+    assert hidden.startswith("  shows ") and f"{trained} -> {trained.name}" in hidden
+    assert plan[-1] == "  writes the pushed commit into the local mteb_model_meta.json as its revision"
+    assert not list(trained.glob(".csekit-upload-*"))  # nothing written
 
 
 def test_bad_inputs_fail_with_one_clear_error(tmp_path, trained, capsys):
@@ -483,3 +493,26 @@ def test_base_model_is_named_whenever_the_backbone_is_a_hub_model(tmp_path, monk
     assert hub_id_of(str(tmp_path)) is None and hub_id_of("./org/encoder") is None
     if embedded_minilm_path() is not None:  # the embedded copy, given by its folder
         assert hub_id_of(str(embedded_minilm_path())) == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_every_string_from_a_record_or_a_name_reaches_the_card_as_text(trained, tmp_path):
+    """Task names, a cached pooler name, an argument's value: whatever a record holds is shown as literal text (no
+    HTML, link, emphasis or extra table cell), in code spans that a backtick cannot close. The oracle is a CommonMark
+    renderer with GitHub's tables (markdown-it-py)."""
+    markdown_it = pytest.importorskip("markdown_it")
+
+    folder = tmp_path / "card"
+    shutil.copytree(trained, folder)
+    record = json.loads((folder / "eval_results.json").read_text())
+    record["base_pooler"] = "evil` <img src=x> |"
+    record["mteb"] = {"STS|<b>x</b>[link](http://e.x)*": 50.0}
+    (folder / "eval_results.json").write_text(json.dumps(record))
+    arguments = json.loads((folder / "training_args.json").read_text())
+    arguments["data_args"]["note"] = "a | b `c` <script>x</script> _em_"
+    (folder / "training_args.json").write_text(json.dumps(arguments))
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(render_model_card(folder).text)
+    assert not [tag for tag in ("<img src=x", "<b>", "<script>", "<a href", "<em>") if tag in html]
+    rows = [row for row in html.split("<tr>") if "STS|" in row or "note" in row or "base model alone" in row]
+    assert [row.count("<td") for row in rows] == [3, 9, 2]  # the cells each table has
+    assert "<code>evil` &lt;img src=x&gt; |</code>" in rows[1]
+    assert "STS|&lt;b&gt;x&lt;/b&gt;[link](http://e.x)*" in rows[2]

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from conftest import recipe_flags
 from csekit import cli
@@ -73,7 +74,73 @@ def test_the_base_model_is_scored_once_per_revision_and_protocol(tiny_backbone, 
     assert cache.key(tiny_backbone, test) != cache.key(tiny_backbone, other)
 
 
-@pytest.mark.parametrize("folder", ["models--org--name/snapshots/" + "a" * 40])
-def test_a_hub_snapshot_is_named_by_its_commit(tmp_path, folder):
-    (tmp_path / folder).mkdir(parents=True)
-    assert model_revision(tmp_path / folder) == f"hub:org/name@{'a' * 40}"
+def test_a_hub_snapshot_is_named_by_its_commit_and_an_edit_in_place_is_a_new_revision(tmp_path):
+    folder = tmp_path / "models--org--name" / "snapshots" / ("a" * 40)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    first = model_revision(folder)
+    assert first.startswith(f"hub:org/name@{'a' * 40}+sha256:")
+    (folder / "config.json").write_text('{"edited": 1}')  # the blob behind a snapshot's link, edited in place
+    assert model_revision(folder) != first
+
+
+@pytest.mark.parametrize("module_folder", ["runs", "results", "checkpoint-1", ".hidden-dense"])
+def test_a_module_folder_modules_json_names_is_the_model_whatever_its_name(tiny_backbone, tmp_path, module_folder):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_backbone, folder)
+    (folder / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "",
+                                                      "type": "sentence_transformers.base.modules.Transformer"}]))
+    entries = json.loads((folder / "modules.json").read_text())
+    (folder / module_folder).mkdir()
+    (folder / module_folder / "config.json").write_text('{"out_features": 4}')
+    entries.append({"idx": len(entries), "name": str(len(entries)), "path": module_folder,
+                    "type": "sentence_transformers.base.modules.dense.Dense"})
+    (folder / "modules.json").write_text(json.dumps(entries))
+    before = model_revision(folder)
+    (folder / module_folder / "config.json").write_text('{"out_features": 8}')
+    assert model_revision(folder) != before
+
+
+def test_a_cache_entry_is_used_only_when_its_inputs_and_scores_check_out(tiny_backbone, tmp_path, data_dir):
+    from csekit.trainers.runner import base_scores_valid
+
+    test = STSEvaluator(data_dir, STS_TASKS, split="test")
+    cache, check = ScoreCache(tmp_path / "cache"), base_scores_valid(test)
+    inputs = cache.inputs(tiny_backbone, test, pooler="cls_before_pooler")
+    scores = {"base_sts": {task: 50.0 for task in (*STS_TASKS, "avg")}, "base_pooler": "cls_before_pooler"}
+    cache.put(inputs, scores)
+    assert cache.get(inputs, check) == scores
+    other = cache.inputs(tiny_backbone, test, pooler="avg")  # another representation is another entry
+    assert cache.get(other, check) is None
+    shutil.copy(cache.path(cache.key(tiny_backbone, test, pooler="cls_before_pooler")),
+                cache.path(cache.key(tiny_backbone, test, pooler="avg")))  # an entry under another entry's name
+    assert cache.get(other, check) is None
+    entry = json.loads(cache.path(cache.key(tiny_backbone, test, pooler="cls_before_pooler")).read_text())
+    for bad in ({"STS12": float("nan")}, {"STS12": 1e9}, {"STS12": "88"}, {"extra-task": 1.0}):
+        entry["scores"]["base_sts"] = {**scores["base_sts"], **bad}
+        cache.path(cache.key(tiny_backbone, test, pooler="cls_before_pooler")).write_text(json.dumps(entry))
+        assert cache.get(inputs, check) is None, bad
+
+
+def test_the_base_row_scores_a_bare_encoder_with_the_trained_models_representation(tiny_backbone, corpus, tmp_path,
+                                                                                    score_cache, data_dir):
+    """A bare BERT's ``pooler_output`` (linear + tanh over [CLS], SimCSE's evaluation convention for ``cls``) is not
+    what the trained ``cls`` model serves (the [CLS] hidden state): the base row is scored on the [CLS] hidden state,
+    computed here with transformers' BertModel, and both rows name their representation."""
+    from transformers import AutoModel, AutoTokenizer
+
+    out = tmp_path / "out"
+    assert cli.main(flags(tiny_backbone, corpus, out)) == 0
+    record = json.loads((out / "eval_results.json").read_text())
+    assert (record["pooler"], record["base_pooler"]) == ("cls", "cls_before_pooler")
+    bert, tokenizer = AutoModel.from_pretrained(tiny_backbone).eval(), AutoTokenizer.from_pretrained(tiny_backbone)
+
+    def cls_state(sentences):
+        with torch.no_grad():
+            batch = tokenizer(sentences, padding=True, truncation=True, return_tensors="pt")
+            return bert(**batch).last_hidden_state[:, 0].numpy()
+
+    test = STSEvaluator(data_dir, STS_TASKS, split="test")
+    assert record["base_sts"] == test(cls_state)
+    card = (out / "README.md").read_text()
+    assert "| **this model** (`cls`, reproduced" in card and "| base model alone (`cls_before_pooler`)" in card

@@ -34,7 +34,7 @@ from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
 from ..atomic import write_text
 from ..data import DATA_DIR_HELP
 from ..errors import DataError, OneLineUsageErrors
-from ..loading import ARGUMENTS_FILE
+from ..loading import ARGUMENTS_FILE, LOCAL_PATHS, local_paths
 from ..options import FLAG_ALIASES, FLAG_NAMES, positive_int
 from ..preflight import backbone_table, check_finite_groups, check_training_arguments
 
@@ -443,6 +443,8 @@ def setup_record(method: str, processes: Optional[int], **groups) -> dict:
 def write_arguments(output_dir, **groups) -> None:
     """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
     record = {name: group_values(value) for name, value in groups.items()}
+    record = json.loads(json.dumps(record, default=str))
+    record[LOCAL_PATHS] = local_paths(record)  # shown by base name in the card and the upload
     write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(record, indent=2, default=str) + "\n")
 
 

@@ -9,6 +9,7 @@ is the smallest recipe.
 import contextlib
 import dataclasses
 import logging
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,9 @@ from ..errors import DataError, report_errors
 from ..evaluation.encoders import load_embedder
 from ..evaluation.geometry import GeometryEvaluator
 from ..evaluation.protocol import protocol_record
-from ..evaluation.score_cache import ScoreCache
+from ..evaluation.score_cache import ScoreCache, key_of
 from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, format_sts_table
-from ..loading import RESULTS_FILE, hub_id_of, resolve_model_path
+from ..loading import LOCAL_PATHS, RESULTS_FILE, hub_id_of, local_paths, resolve_model_path
 from ..methods import Method
 from ..modeling.encoding import encoding_label
 from ..preflight import (
@@ -38,6 +39,7 @@ from ..preflight import (
     load_tokenizer,
     read_model_config,
 )
+from ..st_folder import is_st_folder
 from .arguments import (
     ContrastiveDataArguments,
     CSETrainingArguments,
@@ -214,23 +216,47 @@ def check_lengths(model_args, model_path: str, tokenizer, **lengths) -> None:
             check_model_inputs(model_args.model_name_or_path, config, tokenizer, length, f"--{flag}")
 
 
-def base_model_scores(name_or_path: str, test: STSEvaluator) -> dict:
-    """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, as ``csekit evaluate``
-    scores it (a sentence-transformers folder with its own pooling, a csekit folder with its pooler, a bare encoder
-    with ``cls``), for the card's row beside the trained model's. Kept in the score cache
-    ([ScoreCache][csekit.evaluation.score_cache.ScoreCache]) under the model's revision and the protocol, so a second
-    run from the same base does not score it again."""
+def base_representation(name_or_path: str, config) -> dict:
+    """How the card's base-model row scores the model training started from: a csekit or sentence-transformers
+    folder with its own representation (``{}``), a bare encoder with the trained model's (``config``'s pooler and
+    layers, less the trained head: ``cls`` reads the [CLS] state, ``cls_before_pooler``, never BERT's
+    ``pooler_output``), so both rows differ by training alone."""
+    path = Path(resolve_model_path(name_or_path))
+    if is_st_folder(path) or str(read_model_config(path).get("model_type")).startswith("csekit-"):
+        return {}
+    pooler = "cls_before_pooler" if config.pooler_type == "cls" else config.pooler_type
+    return {"pooler": pooler, **({"pooling_layers": list(config.pooling_layers)} if pooler == "layers" else {})}
+
+
+def base_scores_valid(test: STSEvaluator):
+    """The check of a cached base-model entry: ``test``'s tasks, each a finite Spearman x100, and a pooler name."""
+    tasks = {*test.tasks, "avg"}
+
+    def check(scores: dict) -> bool:
+        sts, pooler = scores.get("base_sts"), scores.get("base_pooler")
+        return (isinstance(sts, dict) and set(sts) == tasks and isinstance(pooler, str) and all(
+            type(value) in (int, float) and math.isfinite(value) and -100 <= value <= 100 for value in sts.values()))
+
+    return check
+
+
+def base_model_scores(name_or_path: str, test: STSEvaluator, representation: dict) -> dict:
+    """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, scored with
+    ``representation`` ([`base_representation`][csekit.trainers.runner.base_representation]), for the card's row
+    beside the trained model's. Kept in the score cache ([ScoreCache][csekit.evaluation.score_cache.ScoreCache])
+    under the model's revision, the protocol and the representation, so a second run from the same base does not
+    score it again; an entry is used only when its inputs and scores check out."""
     cache = ScoreCache()
-    path = resolve_model_path(name_or_path)
-    key = cache.key(path, test)
-    cached = cache.get(key)
+    inputs = cache.inputs(resolve_model_path(name_or_path), test, **representation)
+    cached = cache.get(inputs, base_scores_valid(test))
     if cached is not None:
-        logger.info("%s: its STS test scores come from the score cache (%s)", name_or_path, cache.path(key))
+        logger.info("%s: its STS test scores come from the score cache (%s)", name_or_path,
+                    cache.path(key_of(inputs)))
         return cached
-    embed, info = load_embedder(name_or_path, batch_size=128)
+    embed, info = load_embedder(name_or_path, batch_size=128, **representation)
     with encoding_label(f"Encoding {name_or_path} (base model) for the STS test sets"):
         scores = {"base_sts": test.evaluate(embed)[test.aggregation], "base_pooler": info["pooler"]}
-    cache.put(key, scores)
+    cache.put(inputs, scores)
     return scores
 
 
@@ -240,7 +266,7 @@ def finish_run(folder: Path, record: dict, table: Optional[str] = None, card: Op
     ([`write_model_card`][csekit.publishing.model_card.write_model_card]'s
     ``repo_id`` and ``data_dir``), the model card (its figures, ``mteb_model_meta.json``, ``README.md`` last) are added
     beside it, each file whole or not at all; then the test table is printed."""
-    write_json(folder / RESULTS_FILE, record)
+    write_json(folder / RESULTS_FILE, {**record, LOCAL_PATHS: local_paths(record)})
     if card is not None and "sts" in record:  # a card needs the test scores (--do_test_eval)
         from ..publishing.model_card import write_model_card
 
@@ -385,7 +411,8 @@ def score_run(trainer, run: CheckedRun, model_args, training_args, batch: dict) 
     encode = encoded_once(lambda sentences: model.eval().encode(sentences, batch_size=128))
     with encoding_label(f"Encoding the trained model ({training_args.output_dir}) for the STS test sets"):
         scores = test.evaluate(encode)
-    base = base_model_scores(model_args.model_name_or_path, test)
+    base = base_model_scores(model_args.model_name_or_path, test,
+                             base_representation(model_args.model_name_or_path, model.config))
     record = {"model": training_args.output_dir, "base_model": hub_id_of(model_args.model_name_or_path),
               "pooler": model.config.pooler_type, "sts": scores[test.aggregation],
               "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),

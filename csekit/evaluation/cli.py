@@ -107,7 +107,7 @@ def score_mteb(args, embed, mteb_tasks, protocol: dict, record: dict) -> None:
     from .mteb_suite import evaluate_mteb, model_meta, write_mteb_results
     from .suites import format_table
 
-    meta = model_meta(args.model, resolve_model_path(args.model))
+    meta = model_meta(args.model, resolve_model_path(args.model, any_pipeline=True))
     record["mteb"], protocol["mteb"], result = evaluate_mteb(embed, meta, mteb_tasks)
     print("\n" + format_table({args.model: record["mteb"]}, f"MTEB {protocol['mteb']['version']} (main score x100, "
                                "mteb's task names and datasets)"))
@@ -152,6 +152,7 @@ def add_to_folder_record(path: Path, record: dict) -> dict:
     """``record``'s suites merged into the record at ``path`` (written atomically): the suites scored now replace
     their namesakes, with their protocol entries; the rest (training curve, batch, base scores, figure numbers) is
     kept as it was."""
+    from ..loading import LOCAL_PATHS
     from ..publishing.model_card import read_json
 
     merged = read_json(path) if path.is_file() else {}
@@ -169,6 +170,8 @@ def add_to_folder_record(path: Path, record: dict) -> dict:
                             **({"results_files": list(dict.fromkeys(files))} if files else {})}
     for key in ("model", "pooler"):
         merged.setdefault(key, record.get(key))
+    kept_paths = merged.get(LOCAL_PATHS) if isinstance(merged.get(LOCAL_PATHS), list) else []
+    merged[LOCAL_PATHS] = sorted({*map(str, kept_paths), *record.get(LOCAL_PATHS, [])})
     write_json(path, merged)
     return merged
 
@@ -176,7 +179,7 @@ def add_to_folder_record(path: Path, record: dict) -> dict:
 def run_evaluate(args) -> int:
     """``csekit evaluate``: every input checked before any work (suites, device, output file, MTEB task names, data),
     then the model loaded once and scored suite by suite; the record is written (atomically) at the end."""
-    from ..loading import resolve_device
+    from ..loading import LOCAL_PATHS, local_paths, resolve_device
     from .encoders import load_embedder
     from .mteb_suite import load_mteb_tasks
 
@@ -202,6 +205,7 @@ def run_evaluate(args) -> int:
     record["protocol"] = protocol
     if args.mteb:
         score_mteb(args, embed, mteb_tasks, protocol, record)
+    record[LOCAL_PATHS] = local_paths(record)  # shown by base name in a card and an upload
     if into_folder is not None:
         add_to_folder_record(into_folder, record)
         print(f"added to {into_folder}: {', '.join(key for key in SUITE_KEYS if key in record)}")

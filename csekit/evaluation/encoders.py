@@ -21,6 +21,7 @@ from ..st_folder import (
     pipeline_name,
     plain_max_length,
     plain_pipeline,
+    transformer_folder,
 )
 
 
@@ -31,11 +32,14 @@ class HFSentenceEncoder:
     does; the other poolers are the shared ones from ``modeling.pooling``.
     """
 
-    def __init__(self, model, tokenizer, pooler: str):
+    def __init__(self, model, tokenizer, pooler: str, pooling_layers: Optional[list] = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.pooler = pooler
-        self.layers = resolve_pooling_layers(pooler, None, model.config.num_hidden_layers)
+        try:
+            self.layers = resolve_pooling_layers(pooler, pooling_layers, model.config.num_hidden_layers)
+        except ValueError as error:
+            raise DataError(f"pooler {pooler!r}: {error}") from None
 
     def embed_batch(self, batch: dict) -> torch.Tensor:
         """``(batch, hidden)`` vectors of one tokenized batch, pooled with this encoder's pooler."""
@@ -63,13 +67,15 @@ def finite_embeddings(name: str, vectors):
 def load_embedder(
     name_or_path: str, pooler: Optional[str] = None, max_length: Optional[int] = None, batch_size: int = 128,
     device: Optional[str] = None, truncate_dim: Optional[int] = None, backend: str = "torch",
+    pooling_layers: Optional[list] = None,
 ):
     """``(embed, info)``: ``embed(sentences) -> (n, d) numpy`` and a dict describing model and pooler.
 
     ``device``: where the model runs (see [`resolve_device`][csekit.evaluation.encoders.resolve_device]; default a GPU
     when there is one).
     ``truncate_dim``: score the first ``d`` coordinates of every vector (a Matryoshka size); checked against the
-    model's vector size before anything is encoded. ``backend="onnx"``: ``name_or_path`` is a folder written by
+    model's vector size before anything is encoded. ``pooling_layers``: the layers of ``pooler="layers"`` on a
+    transformers encoder. ``backend="onnx"``: ``name_or_path`` is a folder written by
     ``csekit export-onnx``, run through onnxruntime on CPU (its graph holds the pooling: ``pooler`` is refused).
     """
     if backend == "onnx":
@@ -79,7 +85,7 @@ def load_embedder(
 
         embed, info = load_onnx_embedder(name_or_path, batch_size, max_length)
     elif backend == "torch":
-        embed, info = _load_embedder(name_or_path, pooler, max_length, batch_size, device)
+        embed, info = _load_embedder(name_or_path, pooler, max_length, batch_size, device, pooling_layers)
     else:
         raise DataError(f"unknown backend {backend!r}; choose torch or onnx")
     if truncate_dim is None:
@@ -91,11 +97,13 @@ def load_embedder(
 
 
 def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optional[int], batch_size: int,
-                   device: Optional[str]):
+                   device: Optional[str], pooling_layers: Optional[list] = None):
     device = resolve_device(device)
     if pooler is not None and pooler not in POOLER_TYPES:
         raise DataError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(name_or_path, any_pipeline=pooler is None)
+    if is_st_folder(path) and pooler is None:  # scored as sentence-transformers computes it (csekit.st_folder)
+        return _load_st_folder(name_or_path, Path(path), max_length, batch_size, device)
     tokenizer = load_tokenizer(name_or_path, path)
     check_model_inputs(name_or_path, read_model_config(path), tokenizer, max_length, "--max-length")
     try:
@@ -114,27 +122,44 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
                                                                 max_length=max_length))
 
         return embed, info
-    info = {}
-    if is_st_folder(path) and pooler is None:  # scored as sentence-transformers computes it (csekit.st_folder)
-        loaded = load_st_embedder(name_or_path, path, max_length, batch_size, device)
-        if loaded is not None:
-            embed, info = loaded
-            return (lambda sentences: finite_embeddings(name_or_path, embed(sentences))), info
-        entries = module_entries(path)
-        pooler = plain_pipeline(name_or_path, Path(path), entries)
-        max_length = max_length or plain_max_length(Path(path), tokenizer)
-        modules = describe_modules(Path(path), entries)
-        info = {"pooler": pipeline_name(modules), "modules": modules, "prompt": None, "max_length": max_length}
-    pooler = pooler or "cls"
+    return _load_plain(name_or_path, path, tokenizer, pooler or "cls", max_length, batch_size, device,
+                       {"pooling_layers": pooling_layers} if pooling_layers else None)
+
+
+def _load_plain(name_or_path: str, path, tokenizer, pooler: str, max_length: Optional[int], batch_size: int, device,
+                info: Optional[dict] = None):
+    """A transformers encoder at ``path`` pooled with ``pooler`` (``info``: what the record says of a
+    sentence-transformers pipeline this computes)."""
     # scored in float32 (SentEval's precision) whatever dtype the checkpoint was stored in
     model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).to(device)
-    encoder = HFSentenceEncoder(model, tokenizer, pooler)
+    encoder = HFSentenceEncoder(model, tokenizer, pooler, (info or {}).get("pooling_layers"))
 
     def embed(sentences):
         vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length, device)
         return finite_embeddings(name_or_path, vectors.numpy())
 
-    return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size, **info}
+    return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size, **(info or {})}
+
+
+def _load_st_folder(name_or_path: str, path: Path, max_length: Optional[int], batch_size: int, device):
+    """A sentence-transformers folder of the dense family: ``SentenceTransformer(folder)``'s vectors, or without the
+    library what csekit's own reader applies exactly (`csekit.st_folder.plain_pipeline`) or a one-line refusal."""
+    entries = module_entries(path)
+    backbone = transformer_folder(path, entries)
+    if backbone is not None and max_length is not None:  # a length past the position embeddings: one line
+        check_model_inputs(name_or_path, read_model_config(backbone), load_tokenizer(name_or_path, backbone),
+                           max_length, "--max-length")
+    loaded = load_st_embedder(name_or_path, path, max_length, batch_size, device)
+    if loaded is not None:
+        embed, info = loaded
+        return (lambda sentences: finite_embeddings(name_or_path, embed(sentences))), info
+    pooler = plain_pipeline(name_or_path, path, entries)  # a root Transformer, or a one-line refusal
+    tokenizer = load_tokenizer(name_or_path, path)
+    check_model_inputs(name_or_path, read_model_config(path), tokenizer, max_length, "--max-length")
+    max_length = max_length or plain_max_length(path, tokenizer)
+    modules = describe_modules(path, entries)
+    info = {"pooler": pipeline_name(modules), "modules": modules, "prompt": None, "max_length": max_length}
+    return _load_plain(name_or_path, path, tokenizer, pooler, max_length, batch_size, device, info)
 
 
 __all__ = ["HFSentenceEncoder", "finite_embeddings", "load_embedder"]

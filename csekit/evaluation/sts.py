@@ -57,7 +57,7 @@ def _normalize(sentence: str) -> str:
 
 def _read_text(path: Path) -> list:
     if not path.is_file():
-        raise DataError(f"{path}: no such file (is --data-dir pointing at a folder with senteval/downstream?)")
+        raise DataError(f"{path}: no such file (an incomplete SentEval folder: run `csekit download senteval` again)")
     return path.read_text(encoding="utf-8").splitlines()
 
 
@@ -102,6 +102,9 @@ def load_sts_split(downstream_dir: Path, task: str, split: str) -> STSPairs:
 
 def load_sts_task(data_dir, task: str, split: str = "test") -> STSPairs:
     downstream = Path(data_dir) / "senteval" / "downstream"
+    if not downstream.is_dir():
+        raise DataError(f"{data_dir}: no SentEval data (senteval/downstream); run `csekit download senteval "
+                        f"--data-dir {data_dir}`, or pass --data_dir with the folder that holds it")
     if task in STS_YEAR_DATASETS:
         if split != "test":
             raise ValueError(f"{task} has only a test split")

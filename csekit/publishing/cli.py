@@ -63,17 +63,19 @@ def add_push_parser(subparsers) -> None:
         "--keep-card", action="store_true",
         help="Upload README.md as it is instead of re-rendering it with REPO_ID in the loading snippets.",
     )
-    parser.add_argument("--dry-run", action="store_true", help="Validate and list the files; upload nothing.")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Validate and print the plan: the repository, each file and its size, the total, what "
+                        "the real push rewrites; write and upload nothing.")
     parser.set_defaults(handler=run_push)
 
 
 def run_push(args) -> int:
     from ..preflight import check_repo_id
-    from .hub import files_to_push, push_to_hub
+    from .hub import push_plan, push_to_hub
 
     check_repo_id(args.repo_id)  # before anything is written or uploaded
     if args.dry_run:
-        print("\n".join(files_to_push(args.model_dir)))
+        print(push_plan(args.model_dir, args.repo_id, private=args.private, refresh_card=not args.keep_card))
         return 0
     commit, files = push_to_hub(args.model_dir, args.repo_id, private=args.private, refresh_card=not args.keep_card)
     print(f"uploaded {len(files)} files to {args.repo_id}: {getattr(commit, 'commit_url', commit)}")

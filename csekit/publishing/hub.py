@@ -16,7 +16,6 @@ is ([`publishable_copy`][csekit.publishing.hub.publishable_copy]).
 
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -31,6 +30,7 @@ from ..preflight import CHECKPOINT_PREFIX, check_repo_id, weight_files
 from ..st_folder import PICKLE_SUFFIXES, module_entries
 from .figure import CURVE_FILE, FIGURE_FILE
 from .model_card import ARGUMENTS_FILE, RESULTS_FILE, load_eval_record, write_model_card
+from .model_folder import PATHS_NOTE, recorded_local_paths, strip_local_paths
 from .mteb_meta import MODEL_META_FILE, write_model_meta
 
 TOKENIZER_FILES = (
@@ -45,39 +45,16 @@ UPLOAD_PREFIX = ".csekit-upload-"
 # records of a checkpoint (what a resumption reads)
 NEVER_UPLOADED = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "csekit_run.json",
                   "training_args.bin")
-PATHS_NOTE = ("\n> Local paths of the training run (data files, the base model's and output folders) are shown by "
-              "their base name.\n")
-
-
-def is_local_path(value: str) -> bool:
-    """An absolute path, or a relative one with a folder part that exists here (a Hub id ``org/name`` does not)."""
-    if "://" in value or "\n" in value:
-        return False
-    expanded = os.path.expanduser(value)
-    return os.path.isabs(expanded) or bool(re.match(r"[A-Za-z]:[\\/]", value)) or (
-        ("/" in value or os.sep in value) and Path(expanded).exists())
-
-
-def strip_local_paths(value, replaced: dict):
-    """``value`` (parsed JSON) with every local path string replaced by its base name (recorded in ``replaced``)."""
-    if isinstance(value, dict):
-        return {key: strip_local_paths(item, replaced) for key, item in value.items()}
-    if isinstance(value, list):
-        return [strip_local_paths(item, replaced) for item in value]
-    if isinstance(value, str) and is_local_path(value):
-        replaced[value] = Path(value.rstrip("/\\")).name or value
-        return replaced[value]
-    return value
-
-
 def publishable_copy(model_dir, files: list, destination: Path) -> dict:
     """``files`` of ``model_dir`` in ``destination`` as they are published: records and card without local paths,
     the other files linked (copied across file systems) with the folder's permissions. Returns ``{path: name}``."""
     folder, replaced = Path(model_dir), {}
+    recorded = recorded_local_paths(folder)
     for name in files:
         (destination / name).parent.mkdir(parents=True, exist_ok=True)
         if Path(name).name in RECORD_FILES:
-            write_json(destination / name, strip_local_paths(json.loads((folder / name).read_text()), replaced))
+            write_json(destination / name, strip_local_paths(json.loads((folder / name).read_text()), replaced,
+                                                             recorded))
         elif name != "README.md":
             try:
                 os.link(folder / name, destination / name)
@@ -87,7 +64,7 @@ def publishable_copy(model_dir, files: list, destination: Path) -> dict:
         card = (folder / "README.md").read_text()
         for path in sorted(replaced, key=len, reverse=True):  # a folder's path after the files inside it
             card = card.replace(path, replaced[path])
-        write_text(destination / "README.md", card + (PATHS_NOTE if replaced else ""))
+        write_text(destination / "README.md", card + (PATHS_NOTE if replaced and PATHS_NOTE not in card else ""))
     return replaced
 
 
@@ -175,6 +152,38 @@ def publishable(folder: Path, files: list) -> list:
     return kept
 
 
+def push_plan(model_dir, repo_id: str, private: bool = False, refresh_card: bool = True) -> str:
+    """What ``csekit push --dry-run`` prints: the repository, each file with its size, the total, and what the real
+    push changes on the way (the card re-rendered, local paths shown by base name, the MTEB record's revision);
+    nothing is written or uploaded."""
+    folder = Path(model_dir)
+    files = files_to_push(folder)
+    sizes = {name: (folder / name).stat().st_size for name in files}
+    recorded, replaced = recorded_local_paths(folder), {}
+    for name in files:
+        if Path(name).name in RECORD_FILES:
+            strip_local_paths(json.loads((folder / name).read_text()), replaced, recorded)
+    lines = [f"would upload {len(files)} files ({human_size(sum(sizes.values()))}) to https://huggingface.co/{repo_id} "
+             f"({'private' if private else 'public'}; created if it does not exist):"]
+    lines += [f"  {name}  {human_size(size)}" for name, size in sizes.items()]
+    lines.append("the real push also:")
+    lines.append(f"  re-renders README.md with {repo_id} in its loading snippets" if refresh_card
+                 else "  uploads README.md as it is (--keep-card)")
+    lines.append(f"  shows {len(replaced)} local path(s) of the records and the card by base name: "
+                 + ", ".join(f"{path} -> {name}" for path, name in sorted(replaced.items())) if replaced
+                 else "  finds no local path to hide in the records")
+    lines.append(f"  writes the pushed commit into the local {MODEL_META_FILE} as its revision")
+    return "\n".join(lines)
+
+
+def human_size(size: int) -> str:
+    """``1.2 KiB``, ``87.2 MiB``: a byte count for a reader."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+
+
 def push_to_hub(
     model_dir,
     repo_id: str,
@@ -215,4 +224,4 @@ def push_to_hub(
     return commit, files
 
 
-__all__ = ["files_to_push", "publishable_copy", "push_to_hub", "strip_local_paths"]
+__all__ = ["files_to_push", "publishable_copy", "push_plan", "push_to_hub"]

@@ -10,12 +10,14 @@ papers' numbers live in the per-family templates of ``model_cards/`` as the *pap
     write_model_card("outputs/simcse")                                          # README.md (+ figure if missing)
 """
 
+import re
 from importlib.resources import files
 from pathlib import Path
 from typing import Optional
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from markupsafe import Markup
 
 from ..atomic import write_json, write_text
 from ..errors import DataError
@@ -25,7 +27,15 @@ from ..methods import method_of_model_type
 from ..options import FLAG_NAMES
 from ..preflight import check_output_file, load_tokenizer
 from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES
-from .model_folder import FolderConfig, base_model_id, load_eval_record, read_json
+from .model_folder import (
+    PATHS_NOTE,
+    FolderConfig,
+    base_model_id,
+    load_eval_record,
+    read_json,
+    recorded_local_paths,
+    strip_local_paths,
+)
 from .mteb_meta import embedding_dimension, write_model_meta
 
 MODEL_CARDS_DIR = Path(str(files("csekit.model_cards")))  # the design card's model_cards/, shipped as package data
@@ -66,6 +76,48 @@ WIDGET = [
 ]
 NO_SENTENCE_TRANSFORMERS = ("its inference is not a backbone followed by last-layer [CLS] or mean pooling and Linear "
                             "layers (a multi-layer pooler, or a whitening head), so the folder has no modules.json")
+
+
+# characters that change what Markdown (CommonMark + GitHub tables) shows: escaped in every value a card prints; an
+# underscore inside a word (``learning_rate``) cannot open or close emphasis there, so it stays as it is
+MARKDOWN_SPECIAL = re.compile(r"([\\`*{}\[\]<>#|~&!]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
+def markdown_text(value) -> str:
+    """``value`` as literal Markdown text on one line: every Markdown character backslash-escaped (a record's or a
+    cache's string, a folder's or a task's name can never add markup, a link, HTML or a table cell to the card)."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(value).splitlines()))
+
+
+def code_span(value) -> Markup:
+    """``value`` as one inline code span: fenced by more backticks than it holds in a row, ``|`` escaped (GitHub
+    tables split cells on it even inside code), on one line."""
+    text = " ".join(str(value).splitlines()).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return Markup(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def code_text(value) -> Markup:
+    """``value`` inside a fenced code block: on one line, with no backtick (a fence can never close early)."""
+    return Markup(" ".join(str(value).splitlines()).replace("`", "'"))
+
+
+def escaped(value):
+    """The card template's ``finalize``: every printed string is [`markdown_text`][csekit.publishing.model_card.
+    markdown_text] unless a filter made it markup (``code``, ``code_text``) or it is the card's own YAML header."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return markdown_text(value)
+    return value
+
+
+def card_environment() -> jinja2.Environment:
+    """The Jinja environment of every card: strict, Markdown-escaping (`escaped`), with ``code`` and ``code_text``
+    filters."""
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(MODEL_CARDS_DIR), undefined=jinja2.StrictUndefined,
+                                     keep_trailing_newline=True, finalize=escaped)
+    environment.filters.update(code=code_span, code_text=code_text)
+    return environment
 
 
 def hyperparameter_rows(config: FolderConfig, arguments: Optional[dict]) -> list:
@@ -172,21 +224,22 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         license: the card's license (that of the backbone's weights).
     """
     folder = Path(model_dir)
-    record = load_eval_record(folder)
     config = FolderConfig(folder)
-    arguments = read_json(folder / ARGUMENTS_FILE) if (folder / ARGUMENTS_FILE).is_file() else None
+    raw_record = load_eval_record(folder)
+    raw_arguments = read_json(folder / ARGUMENTS_FILE) if (folder / ARGUMENTS_FILE).is_file() else None
+    replaced, recorded = {}, recorded_local_paths(folder)  # what the card shows is what is published: no local path
+    record = strip_local_paths(raw_record, replaced, recorded)
+    arguments = strip_local_paths(raw_arguments, replaced, recorded) if raw_arguments is not None else None
     short = short_name(folder, repo_id)
     repo_id = repo_id or f"<your-namespace>/{short}"
     encoder = config.encoder
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(MODEL_CARDS_DIR), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
-    )
-    template = environment.get_template(card_template(config.model_type))
+    template = card_environment().get_template(card_template(config.model_type))
     comparison = folder / COMPARISON_FILE
     # save_pretrained writes the sentence-transformers files exactly when the model's inference allows them
     st_problem = None if (folder / "modules.json").is_file() else NO_SENTENCE_TRANSFORMERS
     content = template.render(
-        card_data=build_card_data(short, config, record, arguments, license, st_problem is None).to_yaml(),
+        card_data=Markup(build_card_data(short, config, raw_record, raw_arguments, license,
+                                                      st_problem is None).to_yaml()),  # Hub ids, no paths
         title=short,
         repo_id=repo_id,
         short_name=short,
@@ -204,9 +257,9 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         base_pooler=record.get("base_pooler"),
         contaminated=record.get("contaminated", {}),
         other_results=other_result_rows(record),
-        figure=FIGURE_FILE if (folder / FIGURE_FILE).is_file() else None,
+        figure=Markup(FIGURE_FILE) if (folder / FIGURE_FILE).is_file() else None,
         figure_numbers=record.get("figure"),
-        curve=CURVE_FILE if (folder / CURVE_FILE).is_file() else None,
+        curve=Markup(CURVE_FILE) if (folder / CURVE_FILE).is_file() else None,
         sentence_transformers_problem=st_problem,
         versions=framework_versions(record),
         sts_aggregations=record.get("sts_aggregations"),
@@ -214,9 +267,10 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         mteb=record.get("mteb"),
         matryoshka_sts=record.get("matryoshka_sts"),
         embedding_size=embedding_dimension(folder, config),
-        comparison=comparison.read_text().strip() if comparison.is_file() else None,
+        # comparison.md is Markdown the user placed there (`csekit compare ... > comparison.md`): shown as written
+        comparison=Markup(comparison.read_text().strip()) if comparison.is_file() else None,
     )
-    return ModelCard(content)
+    return ModelCard(content + (PATHS_NOTE if replaced else ""))
 
 
 def evaluate_figure(model_dir, data_dir=None, batch_size: int = 128,

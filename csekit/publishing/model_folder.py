@@ -8,7 +8,7 @@ from typing import Optional
 
 from ..errors import DataError
 from ..evaluation.sts import STS_TASKS
-from ..loading import RESULTS_FILE, hub_id_of
+from ..loading import ARGUMENTS_FILE, LOCAL_PATHS, RESULTS_FILE, hub_id_of, local_paths
 from ..methods import method_of_model_type
 
 
@@ -22,6 +22,36 @@ def read_json(path: Path) -> dict:
     if not isinstance(value, dict):
         raise DataError(f"{path}: holds a JSON {type(value).__name__}, not the object csekit writes; train with a "
                         "csekit recipe or run `csekit evaluate` again")
+    return value
+
+
+PATHS_NOTE = ("\n> Local paths of the training run (data files, the base model's and output folders) are shown by "
+              "their base name.\n")
+
+
+def recorded_local_paths(folder) -> set:
+    """The local paths the folder's records list (``local_paths`` of ``training_args.json`` and
+    ``eval_results.json``, written by [`csekit.loading.local_paths`][csekit.loading.local_paths] where the run was)."""
+    found = set()
+    for name in (ARGUMENTS_FILE, RESULTS_FILE):
+        path = Path(folder) / name
+        recorded = read_json(path).get(LOCAL_PATHS) if path.is_file() else None
+        if isinstance(recorded, list):
+            found.update(item for item in recorded if isinstance(item, str))
+    return found
+
+
+def strip_local_paths(value, replaced: dict, recorded=()):
+    """``value`` (parsed JSON) as published: every local path string (one ``recorded`` by the run, or one
+    [`local_paths`][csekit.loading.local_paths] finds here) replaced by its base name (kept in ``replaced``), the
+    ``local_paths`` list itself dropped; a Hub id stays as it is."""
+    if isinstance(value, dict):
+        return {key: strip_local_paths(item, replaced, recorded) for key, item in value.items() if key != LOCAL_PATHS}
+    if isinstance(value, list):
+        return [strip_local_paths(item, replaced, recorded) for item in value]
+    if isinstance(value, str) and (value in recorded or local_paths(value)):
+        replaced[value] = Path(value.rstrip("/\\")).name or value
+        return replaced[value]
     return value
 
 
@@ -90,4 +120,5 @@ def base_model_id(arguments: Optional[dict], record: Optional[dict] = None) -> O
     return hub_id_of(name) if name else None
 
 
-__all__ = ["FolderConfig", "base_model_id", "load_eval_record", "read_json"]
+__all__ = ["PATHS_NOTE", "FolderConfig", "base_model_id", "load_eval_record", "read_json", "recorded_local_paths",
+           "strip_local_paths"]
