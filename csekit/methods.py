@@ -54,6 +54,11 @@ class Method:
             outputs (``split_chunks`` / ``chunk_forward`` / ``merge_chunks``), exactly (``trainers/gradient_cache.py``).
         stochastic: the random draws of its training, ``{label: recipe flags that turn it on}``; resuming after a
             kill must repeat every one of them exactly.
+        forward_draws: the draws its model's forward takes from torch's global generator besides dropout (which a
+            checkpoint's random state restores, as it restores dropout's), ``{label: recipe flags that turn it
+            off}``. Every other draw comes from the collator's per-example generators (``trainers/randomness.py``):
+            the conformance suite checks that with dropout and these off, a step does not depend on the global
+            generators at all.
         test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8
             (``{backbone}``: that backbone's folder; ``{masked_lm}``: it with a masked-LM head, tests/conftest.py).
         test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
@@ -73,6 +78,7 @@ class Method:
     processes: str = "global"
     gradient_caching: bool = False
     stochastic: dict = field(default_factory=lambda: {"dropout": ()})
+    forward_draws: dict = field(default_factory=dict)
     test_flags: tuple = ()
     test_data: str = "sentences"
 
@@ -170,6 +176,8 @@ register(Method(
     processes="per-process whitening",
     gradient_caching=True,
     stochastic={"shuffled groups": (), "dropout positives": ("--positive_source", "dropout")},
+    # the channel shuffle of shuffled group whitening: torch.randperm in the authors' forward
+    forward_draws={"group shuffles": ("--whitening", "group")},
     # 16 groups of 2 channels: fewer channels per group than the tests' per-process batches
     test_flags=("--pooler_type", "cls", "--num_groups", "16"),
 ))

@@ -316,6 +316,96 @@ def test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32(me
     assert all(np.isfinite(entry["loss"]) for entry in history if "loss" in entry)
 
 
+# ------------------------------------------------------------------------------------------------ what a step touches
+def frozen_cases() -> list:
+    """Trainer-based methods whose training model declares frozen networks (``frozen_modules``)."""
+    cases = []
+    for method in METHODS.values():
+        why = ("its trainer is not a transformers Trainer" if not trains_with_trainer(method)
+               else "its training model declares no frozen network"
+               if not getattr(method.training_model_class, "frozen_modules", ()) else None)
+        cases.append(pytest.param(method, id=method.name, marks=[pytest.mark.skip(reason=f"{method.name}: {why}")]
+                                  if why else []))
+    return cases
+
+
+@pytest.mark.parametrize("method", frozen_cases())
+def test_a_frozen_network_gets_no_gradient_and_no_optimizer_slot(method, tiny_backbone, data, tmp_path):
+    """Every parameter under the training model's ``frozen_modules`` (ESimCSE's momentum encoder, DiffCSE's
+    generator, CMLM-CSE's auxiliary extractor) has no gradient after a step and is in none of the optimizer's
+    groups."""
+    seen = {}
+
+    class Checking(method.trainer_class):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            frozen = {f"{name}.{key}": parameter for name in model.frozen_modules
+                      for key, parameter in model.get_submodule(name).named_parameters()}
+            optimized = {id(parameter) for group in self.optimizer.param_groups for parameter in group["params"]}
+            seen.update(frozen=sorted(frozen), optimized=[name for name, p in frozen.items() if id(p) in optimized],
+                        gradient=[name for name, p in frozen.items() if p.requires_grad or p.grad is not None])
+            return loss
+
+    train(method, recipe_argv(method, tiny_backbone, data, tmp_path / "out", steps=1), trainer_class=Checking)
+    assert seen["frozen"] and seen["gradient"] == [] and seen["optimized"] == []
+
+
+def reseed(seed: int) -> None:
+    """Every global generator a step could draw from: torch's, numpy's, Python's."""
+    import random
+
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def same_tensors(first: dict, second: dict) -> bool:
+    return first.keys() == second.keys() and all(
+        torch.equal(first[key], second[key]) if torch.is_tensor(first[key]) else first[key] == second[key]
+        for key in first)
+
+
+@pytest.mark.parametrize("method", [case for case in methods() if trains_with_trainer(case.values[0])])
+def test_a_step_draws_nothing_from_the_global_generators_but_dropout(method, tokenizer, data, tmp_path):
+    """With dropout off (a backbone saved with dropout 0) and the forward's declared global draws off
+    (``Method.forward_draws``), the collator's batch and the step's loss and gradients are bit-identical under two
+    seeds of torch's, numpy's and Python's global generators: every other draw (masks, repetitions, noise, orders)
+    comes from the per-example generators a checkpoint saves. Temperature 1 where the method has one, so a draw that
+    moves a negative's logit shows in the loss."""
+    import copy
+
+    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)
+    seen = {}
+
+    class Checking(method.trainer_class):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if not seen:
+                features = [self.train_dataset[index] for index in range(8)]
+                batches, steps = [], []
+                for seed in (1, 2):
+                    reseed(seed)
+                    batches.append(self.data_collator(copy.deepcopy(features)))
+                state = copy.deepcopy(model.state_dict())  # a step's side effects (a queue, a momentum update) undone
+                for seed in (1, 2):
+                    model.load_state_dict(state)
+                    model.zero_grad(set_to_none=True)
+                    reseed(seed)
+                    loss = self.compute_loss(model, self._prepare_inputs(copy.deepcopy(inputs)))
+                    loss.backward()
+                    steps.append({"loss": loss.detach(), **{name: parameter.grad.clone() for name, parameter
+                                                            in model.named_parameters() if parameter.grad is not None}})
+                model.load_state_dict(state)
+                model.zero_grad(set_to_none=True)
+                seen.update(collator=same_tensors(*batches), step=same_tensors(*steps), gradients=len(steps[0]) - 1)
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    flags = [flag for flags in method.forward_draws.values() for flag in flags]
+    if "temperature" in {field.name for field in config_fields(method.config_class)}:
+        flags += ["--temperature", "1.0"]
+    train(method, recipe_argv(method, backbone, data, tmp_path / "out", *flags, steps=1), trainer_class=Checking)
+    assert seen["gradients"] > 0 and seen["collator"] and seen["step"], seen
+
+
 # ------------------------------------------------------------------------------------------------ processes
 BATCH = 4  # per process; one process gets 2 * BATCH
 TOKEN_BUDGET = 48
