@@ -23,8 +23,22 @@ def load_object(reference: str):
     return getattr(import_module(module), name)
 
 
-# how several processes relate to one (`Method.processes`); the conformance suite knows each
-PROCESSES = ("global", "per-process whitening", "per-process batch statistics")
+@dataclass(frozen=True)
+class OneProcess:
+    """How one process trains exactly what N processes train, each with its share of the batch
+    ([`Method.one_process`][csekit.methods.Method]): what the conformance suite runs to compare them.
+
+    Args:
+        flags: recipe flags of both runs of the comparison.
+        worker_options: options of the one-process run (``tests/dist_worker.py``): ``{"whitening_shards": 2}``
+            whitens each process's share of the batch alone, as N processes each whiten their own.
+        float32_inside: a part computes in float32 whatever the model's dtype, so float64 comparisons hold to
+            float32 rounding.
+    """
+
+    flags: tuple = ()
+    worker_options: dict = field(default_factory=dict)
+    float32_inside: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,11 +59,10 @@ class Method:
         exports: further public classes of the method (``"module:Class"``), exported as its classes are.
         packing: the method trains on packed (padding-free) batches where the backbone allows it.
         mixed_precision: ``--bf16`` / ``--fp16`` autocast apply to its training.
-        processes: how several processes relate to one: ``"global"`` (N processes with batch B train exactly what
-            one process with batch N x B trains), ``"per-process whitening"`` (the same, but each process whitens its
-            own batch, as the authors' code does), ``"per-process batch statistics"`` (each process normalises its
-            own batch and averages a per-token loss over it, as the authors' code under DDP: no one-process
-            equivalent).
+        one_process: how one process trains what N processes train with their shares of the batch
+            ([`OneProcess`][csekit.methods.OneProcess]; the default: the same run with the whole batch), or ``None``
+            where nothing does (each process normalises its own batch and averages a per-token loss over it, as the
+            authors' code under DDP).
         gradient_caching: ``--mini_batch_size`` applies to it: its model splits a batch into chunks and joins their
             outputs (``split_chunks`` / ``chunk_forward`` / ``merge_chunks``), exactly (``trainers/gradient_cache.py``).
         stochastic: the random draws of its training, ``{label: recipe flags that turn it on}``; resuming after a
@@ -75,7 +88,7 @@ class Method:
     exports: tuple = ()
     packing: bool = True
     mixed_precision: bool = True
-    processes: str = "global"
+    one_process: Optional[OneProcess] = OneProcess()
     gradient_caching: bool = False
     stochastic: dict = field(default_factory=lambda: {"dropout": ()})
     forward_draws: dict = field(default_factory=dict)
@@ -173,7 +186,10 @@ register(Method(
     trainer="csekit.trainers.whitenedcse:WhitenedCSETrainer",
     recipe="csekit.recipes.whitenedcse",
     card="whitenedcse.md",
-    processes="per-process whitening",
+    # each process whitens its own batch, as the authors' code does; the float32 whitening's rounding, which Adam's
+    # first steps turn into +-lr for near-zero gradients, stays at rounding level with SGD and temperature 1
+    one_process=OneProcess(flags=("--optim", "sgd", "--temperature", "1.0"), worker_options={"whitening_shards": 2},
+                           float32_inside=True),
     gradient_caching=True,
     stochastic={"shuffled groups": (), "dropout positives": ("--positive_source", "dropout")},
     # the channel shuffle of shuffled group whitening: torch.randperm in the authors' forward
@@ -226,7 +242,7 @@ register(Method(
     # the replaced-token loss averages over the padded batch, padding included (the authors' code)
     packing=False,
     # each process batch-normalises its own sentences and averages its own replaced-token loss (their DDP)
-    processes="per-process batch statistics",
+    one_process=None,
     # not exact in chunks: the projection head's batch normalisation and the discriminator's input need the whole
     # batch's sentence vectors before any chunk's replaced-token loss can be computed
     gradient_caching=False,
@@ -251,5 +267,5 @@ register(Method(
     test_data="pairs",
 ))
 
-__all__ = ["METHODS", "PROCESSES", "Method", "classes_in", "get_method", "load_object", "method_of_model_type",
+__all__ = ["METHODS", "Method", "OneProcess", "classes_in", "get_method", "load_object", "method_of_model_type",
            "register"]

@@ -13,7 +13,7 @@ is a capability of its registry entry, and the test says so when it skips.
   uninterrupted run's weights, for every random draw of the method (``stochastic``; the backbone has dropout);
 * ``--bf16`` (``--fp16`` on a GPU): the encoder computes in half precision, the losses and the whitening stay float32
   (``mixed_precision``);
-* 2 processes equal 1 (``processes``), launched once for every method (``dist_worker.py``); with
+* 2 processes equal 1 (``one_process``), launched once for every method (``dist_worker.py``); with
   ``--mini_batch_size`` (``gradient_caching``), 2 caching processes equal 1 uncached; with ``--matryoshka_dims`` (a
   method whose recipe has it), 2 processes equal 1;
 * bad input: one line, exit status 2, nothing written.
@@ -42,7 +42,7 @@ from conftest import (
     save_tiny_backbone,
 )
 from csekit import cli
-from csekit.methods import METHODS, Method
+from csekit.methods import METHODS, Method, OneProcess
 from csekit.trainers.arguments import config_fields
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell today."]
@@ -434,9 +434,8 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
     plain = selected(request, test_two_processes_train_what_one_process_trains_with_the_whole_batch)
     matryoshka = selected(request, test_two_processes_with_matryoshka_terms_train_what_one_process_trains)
     for method in [method for method in METHODS.values() if method in [*plain, *cached, *matryoshka]]:
-        # the whitening computes in float32, whose rounding Adam's first steps turn into +-lr for near-zero
-        # gradients: plain SGD and temperature 1 keep the comparison at rounding level
-        extra = ("--optim", "sgd", "--temperature", "1.0") if method.processes == "per-process whitening" else ()
+        equivalent = method.one_process or OneProcess()  # (no equivalent: the two-process runs are checked alone)
+        extra = equivalent.flags
 
         def job(name, batch, flags=(), **options):
             chunks = next(((f"--{flag}", str(options.pop(flag))) for flag in ("mini_batch_size", "mini_batch_tokens")
@@ -451,19 +450,16 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
             two.append(job(f"{method.name}-2-cached", BATCH, mini_batch_size=BATCH - 1))
             # a budget of about two examples' tokens: chunks of 1 to 3 examples
             two.append(job(f"{method.name}-2-tokens", BATCH, mini_batch_tokens=TOKEN_BUDGET))
-        one.append(job(f"{method.name}-1", 2 * BATCH))
-        if method.processes == "per-process whitening":
-            one.append(job(f"{method.name}-1-shards", 2 * BATCH, whitening_shards=2))
+        one.append(job(f"{method.name}-1", 2 * BATCH, **equivalent.worker_options))
         if method in matryoshka and offers_matryoshka(method):
             # with a head at inference (an MLP SimCSE keeps), the prefix terms reach it outside DDP's forward
             # (a per-process-statistics method is not compared with one process: its default head is kept, which
             # DiffCSE's batch-normalised projection needs for Matryoshka sizes)
             flags = (*MATRYOSHKA, *(("--mlp_only_train", "false") if "mlp_only_train" in {
                 field.name for field in config_fields(method.config_class)}
-                and method.processes != "per-process batch statistics" else ()))
+                and method.one_process is not None else ()))
             two.append(job(f"{method.name}-2-matryoshka", BATCH, flags))
-            one.append(job(f"{method.name}-1-matryoshka", 2 * BATCH, flags,
-                           **({"whitening_shards": 2} if method.processes == "per-process whitening" else {})))
+            one.append(job(f"{method.name}-1-matryoshka", 2 * BATCH, flags, **equivalent.worker_options))
     port = free_ports(1)[0]
     processes = [launch(two, root / "two.json", 2, port), launch(one, root / "one.json", 1)]
     try:
@@ -492,11 +488,11 @@ def test_two_processes_train_what_one_process_trains_with_the_whole_batch(method
         assert_same_weights(load_weights(launched / f"{name}-1" / "out"), load_weights(launched / f"{name}-2" / "out"),
                             rtol=0, atol=1e-5)
         return
-    reference = f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1"
+    reference = f"{name}-1"
     (single,) = records(launched / reference / "out")
     for step in range(2):  # rows [0:B] and [B:2B] of one process's batch of 2B, in order
         assert ranks[0]["batches"][step] + ranks[1]["batches"][step] == single["batches"][step]
-    if method.processes == "per-process batch statistics":  # no one-process equivalent (`Method.processes`)
+    if method.one_process is None:  # no one-process equivalent (`Method.one_process`)
         assert all(math.isfinite(loss) for rank in ranks for loss in rank["losses"])
         assert ranks[0]["losses"] != pytest.approx(ranks[1]["losses"], rel=1e-6)  # each its own half
         return
@@ -515,7 +511,7 @@ def test_two_processes_with_gradient_caching_train_what_one_process_trains_uncac
     process's embeddings, and the gradients are averaged as DDP averages them (``trainers/gradient_cache.py``)."""
     name = method.name
     assert len(records(launched / f"{name}-2-{chunks}" / "out")) == 2
-    reference = f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1"
+    reference = f"{name}-1"
     one, two = (load_weights(launched / run / "out" / "checkpoint-2") for run in (reference, f"{name}-2-{chunks}"))
     assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
 
@@ -527,13 +523,12 @@ def test_two_processes_with_matryoshka_terms_train_what_one_process_trains(metho
     name = method.name
     ranks, (single,) = (records(launched / f"{name}-{n}-matryoshka" / "out") for n in (2, 1))
     assert len(ranks) == 2
-    if method.processes == "per-process batch statistics":  # no one-process equivalent (`Method.processes`)
+    if method.one_process is None:  # no one-process equivalent (`Method.one_process`)
         assert all(math.isfinite(loss) for rank in ranks for loss in rank["losses"])
         return
     averaged = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]
     assert averaged == pytest.approx(single["losses"], rel=1e-6)
-    plain = records(launched / (f"{name}-1-shards" if method.processes == "per-process whitening" else f"{name}-1")
-                    / "out")[0]
+    plain = records(launched / f"{name}-1" / "out")[0]
     assert single["losses"][0] != pytest.approx(plain["losses"][0], rel=1e-3)  # the prefix terms are in the loss
     one, two = (load_weights(launched / f"{name}-{n}-matryoshka" / "out" / "checkpoint-2") for n in (1, 2))
     assert_same_weights(one, two, rtol=1e-6, atol=1e-7)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, load_weights
-from csekit.methods import METHODS, PROCESSES, Method, get_method, register
+from csekit.methods import METHODS, Method, OneProcess, get_method, register
 
 
 def test_every_list_of_methods_in_the_library_is_the_registry():
@@ -133,7 +133,10 @@ def test_a_method_registered_outside_csekit_is_covered_by_the_conformance_suite(
 
     tests = {name for name in dir(test_conformance) if name.startswith("test_")}
     gpu_only = {"test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32"}  # bf16 case passes
-    assert passed == tests | gpu_only & passed, sorted(tests - passed)
+    declared = set()  # tests of a capability the method declares it lacks (it has no frozen network)
+    if "throwaway: its training model declares no frozen network" in result.stdout:
+        declared.add("test_a_frozen_network_gets_no_gradient_and_no_optimizer_slot")
+    assert passed | declared == tests | gpu_only & passed, sorted(tests - passed - declared)
 
 
 def test_the_per_optimizer_step_hook_runs_once_per_update(tmp_path, tiny_backbone, corpus):
@@ -160,5 +163,19 @@ def test_the_per_optimizer_step_hook_runs_once_per_update(tmp_path, tiny_backbon
 def test_method_capabilities_are_declared_with_their_meaning():
     for method in METHODS.values():
         assert isinstance(method, Method)
-        assert method.processes in PROCESSES, method.name
+        assert method.one_process is None or isinstance(method.one_process, OneProcess), method.name
         assert method.test_data in ("sentences", "pairs") and method.stochastic, method.name
+
+
+def test_a_capability_is_declared_data_never_a_mode_string():
+    """A capability is a flag, a table or a structure the suite reads (``OneProcess``, ``stochastic``...), never a
+    string naming a mode that shared code would branch on; strings are a method's identity and its files (and the
+    key of its test data)."""
+    import dataclasses
+    import typing
+
+    identity = {"name", "paper", "config", "model", "trainer", "recipe", "card", "training_model", "test_data"}
+    hints = typing.get_type_hints(Method)
+    strings = {item.name for item in dataclasses.fields(Method) if str in (hints[item.name],
+                                                                            *typing.get_args(hints[item.name]))}
+    assert strings == identity

@@ -127,7 +127,8 @@ def test_evaluate_cli_writes_foundation_schema(tmp_path, saved_tiny_model, capsy
     output = tmp_path / "r.json"
     assert cli_main(["evaluate", str(saved_tiny_model), "--tasks", "sts", "--output", str(output)]) == 0
     record = json.loads(output.read_text())
-    assert set(record) == {"model", "pooler", "dimension", "sts", "sts_aggregations", "protocol"}
+    assert set(record) == {"model", "pooler", "dimension", "sts", "sts_aggregations", "protocol", "local_paths"}
+    assert record["local_paths"] == [str(saved_tiny_model)]  # shown by base name wherever it is published
     assert record["dimension"] == 32  # the size of the vectors scored
     assert list(record["sts"]) == list(EXPECTED_PAIRS) + ["avg"]
     assert record["sts_aggregations"]["all"] == record["sts"]
