@@ -115,7 +115,7 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True, any_pipe
     """A local folder for ``name_or_path``: a model folder, the embedded MiniLM, or a Hub id (see module docstring).
 
     Raises [`DataError`][csekit.loading.DataError] for a folder of another sentence-transformers family than a dense
-    embedder ([`check_family`][csekit.st_folder.check_family]), for a folder without ``config.json`` or
+    embedder (`csekit.st_folder.check_family`), for a folder without ``config.json`` or
     (``require_weights``) without readable weights ([`check_safetensors`][csekit.loading.check_safetensors]), and for
     a path that is not a folder. ``any_pipeline``: a sentence-transformers folder with no model at its root (a Router,
     a StaticEmbedding, the older ``0_Transformer/`` layout) is taken as it is, for sentence-transformers to load

@@ -49,6 +49,9 @@ class Method:
         name: ``csekit train NAME`` and the recipe ``accelerate launch -m csekit.recipes.NAME``; the default output
             folder is ``outputs/NAME``.
         paper: the paper the method reproduces (authors, year, title).
+        title: the method's name as its paper writes it (``SimCSE``).
+        cite: the paper's short citation (``Gao et al., 2021``).
+        summary: what the method adds, in a few words (the method tables of README and the docs).
         config: the ``PretrainedConfig`` subclass (``"module:Class"``); its fields are the recipe's method flags.
         model: the published model class, the one ``AutoModel`` maps the config to.
         trainer: the class that trains it (a ``ContrastiveTrainer`` subclass, or CLSR's head trainer).
@@ -79,6 +82,9 @@ class Method:
 
     name: str
     paper: str
+    title: str
+    cite: str
+    summary: str
     config: str
     model: str
     trainer: str
@@ -165,10 +171,24 @@ def method_of_model_type(model_type: str) -> Optional[Method]:
     return next((method for method in METHODS.values() if method.config_class.model_type == model_type), None)
 
 
+def method_table(link: str) -> str:
+    """The Markdown table of the registered methods (README's, the docs' front page): each method's title linked
+    to its page (``link`` + ``NAME.md``), summary, citation, model, trainer and recipe name."""
+    lines = ["| method | paper | model | trainer | recipe (`csekit train METHOD`) |", "|---|---|---|---|---|"]
+    for method in METHODS.values():
+        model, trainer = (reference.partition(":")[2] for reference in (method.model, method.trainer))
+        lines.append(f"| [{method.title}]({link}{method.name}.md): {method.summary} | {method.cite} | `{model}` | "
+                     f"`{trainer}` | `{method.name}` |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------------ the methods
 register(Method(
     name="simcse",
     paper="Gao, Yao & Chen, 2021, SimCSE: Simple Contrastive Learning of Sentence Embeddings",
+    title="SimCSE",
+    cite="Gao et al., 2021",
+    summary="the baseline: dropout views, in-batch negatives",
     config="csekit.modeling.configuration_simcse:SimCSEConfig",
     model="csekit.modeling.modeling_simcse:SimCSEModel",
     trainer="csekit.trainers.simcse:SimCSETrainer",
@@ -181,6 +201,9 @@ register(Method(
 register(Method(
     name="whitenedcse",
     paper="Zhuo et al., 2023, WhitenedCSE: Whitening-based Contrastive Learning of Sentence Embeddings",
+    title="WhitenedCSE",
+    cite="Zhuo et al., 2023",
+    summary="shuffled group whitening + multi-positive loss",
     config="csekit.modeling.configuration_whitenedcse:WhitenedCSEConfig",
     model="csekit.modeling.modeling_whitenedcse:WhitenedCSEModel",
     trainer="csekit.trainers.whitenedcse:WhitenedCSETrainer",
@@ -200,6 +223,9 @@ register(Method(
 register(Method(
     name="cmlm_cse",
     paper="Zhang & Chen, 2023, CMLM-CSE: Based on Conditional MLM Contrastive Learning for Sentence Embeddings",
+    title="CMLM-CSE",
+    cite="Zhang & Chen, 2023",
+    summary="SimCSE + conditional-MLM auxiliary network",
     config="csekit.modeling.configuration_cmlm_cse:CMLMCSEConfig",
     model="csekit.modeling.modeling_cmlm_cse:CMLMCSEModel",
     training_model="csekit.modeling.modeling_cmlm_cse:CMLMCSEForPreTraining",
@@ -217,6 +243,9 @@ register(Method(
     name="esimcse",
     paper="Wu et al., 2022, ESimCSE: Enhanced Sample Building Method for Contrastive Learning of Unsupervised Sentence "
           "Embedding",
+    title="ESimCSE",
+    cite="Wu et al., 2022",
+    summary="SimCSE + word-repeated positives + a momentum queue of negatives",
     config="csekit.modeling.configuration_esimcse:ESimCSEConfig",
     model="csekit.modeling.modeling_esimcse:ESimCSEModel",
     training_model="csekit.modeling.modeling_esimcse:ESimCSEForPreTraining",
@@ -232,6 +261,9 @@ register(Method(
 register(Method(
     name="diffcse",
     paper="Chuang et al., 2022, DiffCSE: Difference-based Contrastive Learning for Sentence Embeddings",
+    title="DiffCSE",
+    cite="Chuang et al., 2022",
+    summary="SimCSE + conditional replaced-token detection",
     config="csekit.modeling.configuration_diffcse:DiffCSEConfig",
     model="csekit.modeling.modeling_diffcse:DiffCSEModel",
     training_model="csekit.modeling.modeling_diffcse:DiffCSEForPreTraining",
@@ -253,6 +285,9 @@ register(Method(
 register(Method(
     name="clsr",
     paper="Qiu, Ding & Chen, Contrastive Learning of Sentence Representations",
+    title="CLSR",
+    cite="Qiu, Ding & Chen",
+    summary="MLP + projection on a frozen encoder (cached embeddings)",
     config="csekit.modeling.configuration_clsr:CLSRConfig",
     model="csekit.modeling.modeling_clsr:CLSRModel",
     trainer="csekit.trainers.clsr:CLSRTrainer",
@@ -268,4 +303,4 @@ register(Method(
 ))
 
 __all__ = ["METHODS", "Method", "OneProcess", "classes_in", "get_method", "load_object", "method_of_model_type",
-           "register"]
+           "method_table", "register"]

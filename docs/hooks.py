@@ -92,6 +92,10 @@ def on_page_markdown(markdown, page, config, files):
         markdown = markdown.replace("<!-- paper table -->", reproduce_table())
     if "<!-- paper rows -->" in markdown:
         markdown = paper_rows(markdown, page)
+    if "<!-- method table -->" in markdown:
+        from csekit.methods import method_table
+
+        markdown = markdown.replace("<!-- method table -->", method_table("methods/"))
     if "<!-- method api -->" in markdown:
         markdown = markdown.replace("<!-- method api -->", method_api())
     return markdown

@@ -64,7 +64,8 @@ class ThrowawayTrainer(SimCSETrainer):
 
 
 METHOD = register(Method(
-    name="throwaway", paper="none (a test)", card="simcse.md", recipe=__name__,
+    name="throwaway", paper="none (a test)", title="Throwaway", cite="a test", summary="SimCSE under another name",
+    card="simcse.md", recipe=__name__,
     config="csekit.modeling.configuration_throwaway:ThrowawayConfig",
     model="csekit.modeling.modeling_throwaway:ThrowawayModel",
     trainer=f"{{__name__}}:ThrowawayTrainer", test_flags=("--pooler_type", "cls"), gradient_caching=True,
@@ -174,8 +175,19 @@ def test_a_capability_is_declared_data_never_a_mode_string():
     import dataclasses
     import typing
 
-    identity = {"name", "paper", "config", "model", "trainer", "recipe", "card", "training_model", "test_data"}
+    identity = {"name", "paper", "title", "cite", "summary", "config", "model", "trainer", "recipe", "card",
+                "training_model", "test_data"}
     hints = typing.get_type_hints(Method)
     strings = {item.name for item in dataclasses.fields(Method) if str in (hints[item.name],
                                                                             *typing.get_args(hints[item.name]))}
     assert strings == identity
+
+
+def test_the_method_tables_are_the_registrys():
+    """README's table is the registry's, row for row (the training-free extraction row follows it); the docs' front
+    page renders it at build time (docs/hooks.py)."""
+    from csekit.methods import method_table
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"\n{method_table('docs/methods/')}\n| [Training-free extraction]" in readme
+    assert "<!-- method table -->" in (REPO_ROOT / "docs" / "index.md").read_text()

@@ -104,8 +104,9 @@ def code_text(value) -> Markup:
 
 
 def escaped(value):
-    """The card template's ``finalize``: every printed string is [`markdown_text`][csekit.publishing.model_card.
-    markdown_text] unless a filter made it markup (``code``, ``code_text``) or it is the card's own YAML header."""
+    """The card template's ``finalize``: every printed string is
+    [`markdown_text`][csekit.publishing.model_card.markdown_text] unless a filter made it markup (``code``,
+    ``code_text``) or it is the card's own YAML header."""
     if isinstance(value, str) and not isinstance(value, Markup):
         return markdown_text(value)
     return value
