@@ -1,7 +1,8 @@
 """Checks of the built documentation site (``python3 docs/check_site.py SITE``; .ci/run runs it after
 ``mkdocs build --strict``): what a reader would see as broken, read from the HTML itself.
 
-* no raw LaTeX outside rendered math (``\\(``, ``\\[``, ``$$`` delimiters, ``\\frac``-like commands in text);
+* no raw LaTeX outside rendered math (``\\(``, ``\\[``, ``$$`` delimiters, ``\\frac``-like commands in text), and no
+  failed conversion inside it (an ``<merror>``, a LaTeX command left as text);
 * no Sphinx role text (``:class:`X```): cross-references are links;
 * every public name has an anchor: each name in the ``__all__`` of ``csekit`` and of the API reference's modules, and
   each registered method's config, model and trainer, under the module that defines it;
@@ -28,9 +29,26 @@ def visible_text(page: str) -> str:
     return html.unescape(TAGS.sub(" ", HIDDEN.sub(" ", page)))
 
 
-def page_problems(name: str, page: str) -> list:
-    """Raw LaTeX and Sphinx role text on one page."""
+MATH_ELEMENT = re.compile(r"<math\b.*?</math>", re.S | re.I)
+ANNOTATION = re.compile(r"<annotation\b.*?</annotation>", re.S | re.I)
+LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+
+
+def math_problems(name: str, page: str) -> list:
+    """Rendered math whose conversion failed: an ``<merror>``, or a LaTeX command left as text inside ``<math>``
+    (its source annotation aside), which a reader sees as ``\\arg``."""
     problems = []
+    for element in MATH_ELEMENT.findall(page):
+        shown = html.unescape(TAGS.sub(" ", ANNOTATION.sub(" ", element)))
+        match = LATEX_COMMAND.search(shown)
+        if "<merror" in element.lower() or match:
+            problems.append(f"{name}: a failed math conversion: {' '.join(shown.split())[:80]}")
+    return problems
+
+
+def page_problems(name: str, page: str) -> list:
+    """Raw LaTeX and Sphinx role text on one page, and math whose conversion failed."""
+    problems = math_problems(name, page)
     text = visible_text(page)
     for pattern, what in ((RAW_LATEX, "raw LaTeX"), (SPHINX_ROLE, "Sphinx role text")):
         match = pattern.search(text)

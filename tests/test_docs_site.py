@@ -55,3 +55,10 @@ def test_every_exported_name_is_defined_in_a_module_the_reference_renders():
     rendered = set(re.findall(r"^::: ([\w.]+)$", pages, re.M))
     assert [name for name in check_site.exported_names()
             if not {name, name.rsplit(".", 1)[0], name.rsplit(".", 2)[0]} & rendered] == []
+
+
+def test_a_failed_math_conversion_is_found_inside_math():
+    for failed in ("<p><math><mi>\\arg</mi><mo>max</mo></math></p>",
+                   "<p><math><merror><mtext>\\unknown</mtext></merror></math></p>"):
+        [problem] = check_site.page_problems("page.html", CLEAN + failed)
+        assert problem.startswith("page.html: a failed math conversion: ")
