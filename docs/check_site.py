@@ -4,6 +4,7 @@
 * no raw LaTeX outside rendered math (``\\(``, ``\\[``, ``$$`` delimiters, ``\\frac``-like commands in text), and no
   failed conversion inside it (an ``<merror>``, a LaTeX command left as text);
 * no Sphinx role text (``:class:`X```): cross-references are links;
+* no list left as paragraph text (a line starting ``1. `` or ``- `` inside a ``<p>``);
 * every public name has an anchor: each name in the ``__all__`` of ``csekit`` and of the API reference's modules, and
   each registered method's config, model and trainer, under the module that defines it;
 * no Python file of the build (``hooks.py``) published as a page asset.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 HIDDEN = re.compile(r"<(math|code|pre|script|style)\b.*?</\1>", re.S | re.I)
 TAGS = re.compile(r"<[^>]+>")
-RAW_LATEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(?:frac|mathrm|sum|tau|lambda|log|sqrt|top|cdot|exp)\b")
+RAW_LATEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(?:frac|mathrm|sum|tau|lambda|log|sqrt|top|cdot|exp)\b|[_^]\{")
 SPHINX_ROLE = re.compile(r":(?:class|func|data|mod|meth|attr|obj|exc|py:\w+):`")
 ANCHOR = re.compile(r'\bid="([^"]+)"')
 
@@ -46,9 +47,24 @@ def math_problems(name: str, page: str) -> list:
     return problems
 
 
+PARAGRAPH = re.compile(r"<p\b[^>]*>(.*?)</p>", re.S | re.I)
+LIST_LINE = re.compile(r"^\s*(?:\d+\.|[-*+]) \S", re.M)
+
+
+def list_problems(name: str, page: str) -> list:
+    """A Markdown list that did not render: a paragraph with a line that starts ``1. `` or ``- `` (a list after a
+    paragraph without a blank line, or indented less than its item)."""
+    problems = []
+    for paragraph in PARAGRAPH.findall(HIDDEN.sub(" ", page)):
+        match = LIST_LINE.search(html.unescape(TAGS.sub("", paragraph)))
+        if match:
+            problems.append(f"{name}: a list that did not render: {match.group(0).strip()}...")
+    return problems
+
+
 def page_problems(name: str, page: str) -> list:
-    """Raw LaTeX and Sphinx role text on one page, and math whose conversion failed."""
-    problems = math_problems(name, page)
+    """Raw LaTeX and Sphinx role text on one page, math whose conversion failed, lists that did not render."""
+    problems = math_problems(name, page) + list_problems(name, page)
     text = visible_text(page)
     for pattern, what in ((RAW_LATEX, "raw LaTeX"), (SPHINX_ROLE, "Sphinx role text")):
         match = pattern.search(text)

@@ -32,9 +32,9 @@ class WhitenedCSEConfig(SentenceEncoderConfig):
     of each view; the multi-positive contrastive loss (eq. 7 or 8) is computed on its output. Defaults follow the
     paper for bert-base (shuffled group whitening in k = 384 groups, 3 "positive samples", temperature 0.05).
 
-    **k is a number of groups.** §3.2.1: "group whitening first divide it into k groups (Z_0, ..., Z_{k-1}), i.e.,
-    Z_k ∈ R^{N×d/k}"; §5.3 "we divide the representation into k groups"; the authors' ``ShuffledGroupWhitening``
-    takes ``num_groups`` and views the feature as ``(N, G, D // G)`` (SupstarZh/WhitenedCSE,
+    **k is a number of groups.** §3.2.1: "group whitening first divide it into k groups",
+    each Z_k an N × d/k matrix; §5.3 "we divide the representation into k groups"; the authors'
+    ``ShuffledGroupWhitening`` takes ``num_groups`` and views the feature as ``(N, G, D // G)`` (SupstarZh/WhitenedCSE,
     ``shuffled_group_whitening.py``). Table 4 and §4.1 call k the "group size", but the paper's best k = 384 on
     bert-base is 384 groups of 2 channels. Read as channels, 384 channels with a batch of 64 would be rank-deficient:
     every group's whitened batch is a regular simplex (all cosines -1/(N-1)), and the authors' code (``rsqrt`` of the
@@ -90,8 +90,9 @@ class WhitenedCSEConfig(SentenceEncoderConfig):
     Args:
         temperature: InfoNCE temperature tau (> 0).
         whitening: ``none``, ``pca``, ``zca``, ``group`` or ``shuffled_group`` (Table 3).
-        num_groups: k, the number of whitening groups (§3.2.1: "divide it into k groups ... Z_k ∈ R^{N×d/k}"; the
-            "group size" of Table 4 and §4.1); each group has hidden / k channels, so k must divide the hidden size.
+        num_groups: k, the number of whitening groups (§3.2.1: "divide it into k groups", each Z_k an N × d/k
+            matrix; the "group size" of Table 4 and §4.1); each group has hidden / k channels, so k must divide the
+            hidden size.
             Default: the paper's k for the backbone: 384 for BERT (2 channels on bert-base), 256 for RoBERTa,
             hidden / 2 where those do not fit (MiniLM 192, bert-large 512). Used by ``group``/``shuffled_group``;
             ``pca``/``zca`` whiten the whole feature.

@@ -6,7 +6,7 @@ Whitening maps centred features ``Z`` (N, d) to ``H = Z W`` with ``W Σ Wᵀ = I
 * ``pca``: ``W = U Λ^-1/2`` (features end up in the eigenbasis, whose order and signs change from batch to batch);
 * ``zca``: ``W = U Λ^-1/2 Uᵀ`` (eq. 3-4), rotated back to the original axes;
 * ``group``: ZCA inside each of ``num_groups`` blocks of ``d / num_groups`` consecutive channels (eq. 5: "divide it
-  into k groups ... Z_k ∈ R^{N×d/k}");
+  into k groups", each Z_k an N × d/k matrix);
 * ``shuffled_group``: permute the channels at random, ZCA inside each group, undo the permutation (eq. 6). Every
   draw uses a new permutation, so several draws on the same features give different "views" of them.
 

@@ -22,7 +22,8 @@ def test_a_clean_page_has_no_problem():
 
 def test_raw_latex_outside_rendered_math_is_found():
     for raw in ('<div class="arithmatex">\\[\\ell_i = -\\log x\\]</div>', "<p>$$ a $$</p>",
-                "<p>temperature \\tau = 0.05</p>", '<span class="arithmatex">\\(\\tau\\)</span>'):
+                "<p>temperature \\tau = 0.05</p>", '<span class="arithmatex">\\(\\tau\\)</span>',
+                "<p>Z_k ∈ R^{N×d/k}</p>"):
         [problem] = check_site.page_problems("page.html", CLEAN + raw)
         assert problem.startswith("page.html: raw LaTeX: ")
 
@@ -62,3 +63,8 @@ def test_a_failed_math_conversion_is_found_inside_math():
                    "<p><math><merror><mtext>\\unknown</mtext></merror></math></p>"):
         [problem] = check_site.page_problems("page.html", CLEAN + failed)
         assert problem.startswith("page.html: a failed math conversion: ")
+
+
+def test_a_list_left_as_paragraph_text_is_found():
+    [problem] = check_site.page_problems("page.html", CLEAN + "<p>each step:\n1. encodes the batch;\n2. computes</p>")
+    assert problem == "page.html: a list that did not render: 1. e..."

@@ -19,9 +19,10 @@ Pair tasks use SentEval's features ``[|u - v|, u * v]`` (``mrpc.py`` L83, ``sick
   test.
 * train / dev / test (``SplitClassifier``, L202-246): C in 2^-2..2^3 by dev accuracy, score test at that C.
 
-  Folds are ``StratifiedKFold(10, shuffle=True, random_state=1111)`` (L63-65, L132), and mean CV accuracies are
-  rounded to 2 decimals before the argmax (first best, smallest C, on ties: L87-88, L157-162, L222-226). The issue
-  text's "C = 2^-2..2^3 everywhere" is a simplification: TREC and MRPC use SentEval's 2^-1..2^5.
+Folds are ``StratifiedKFold(10, shuffle=True, random_state=1111)`` (L63-65, L132), and mean CV accuracies are
+rounded to 2 decimals before the argmax (first best, smallest C, on ties: L87-88, L157-162, L222-226). One grid
+C = 2^-2..2^3 for every task would not be SentEval's: TREC and MRPC use 2^-1..2^5.
+
 * samples are in SentEval's order, which fixes the fold assignment: each split sorted (stable) by (number of
   whitespace tokens, label), pairs by (tokens of A, tokens of B, label) (``binary.py`` L40-41, ``trec.py`` L50-56,
   ``mrpc.py`` L61-64, ``sst.py`` L64-66, ``sick.py`` L65-68), with SentEval's label ids, and blank lines kept as empty
