@@ -92,7 +92,7 @@ def load_csekit_model(name_or_path: str) -> Optional["SentenceEncoderPreTrainedM
 
 
 class SentenceEncoderPreTrainedModel(PreTrainedModel):
-    """Encoder + pooling shared by SimCSE, WhitenedCSE, CMLM-CSE and CLSR.
+    """Encoder + pooling shared by every csekit model (each registered method's, `csekit.methods`).
 
     Subclasses add their head in ``__init__`` and override
     [`head`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.head]; the forward pass stays the same:

@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------------ the runner
 @dataclass
 class ContrastiveRecipe:
-    """A Trainer-based recipe (SimCSE, WhitenedCSE, CMLM-CSE): a registered method and how its batches are made.
+    """A Trainer-based recipe (a method whose trainer is a transformers Trainer): a method and how its batches are made.
 
     Args:
         method: the registry entry ([`Method`][csekit.methods.Method]): the model trained (its config's fields are the
