@@ -75,6 +75,8 @@ class Method:
             off}``. Every other draw comes from the collator's per-example generators (``trainers/randomness.py``):
             the conformance suite checks that with dropout and these off, a step does not depend on the global
             generators at all.
+        loss_terms: the terms its loss adds to its contrastive term, ``{label: the config field weighting it}``; the
+            conformance suite checks that each weight moves the loss and the gradients.
         test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8
             (``{backbone}``: that backbone's folder; ``{masked_lm}``: it with a masked-LM head, tests/conftest.py).
         test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
@@ -98,6 +100,7 @@ class Method:
     gradient_caching: bool = False
     stochastic: dict = field(default_factory=lambda: {"dropout": ()})
     forward_draws: dict = field(default_factory=dict)
+    loss_terms: dict = field(default_factory=dict)
     test_flags: tuple = ()
     test_data: str = "sentences"
 
@@ -236,6 +239,7 @@ register(Method(
     gradient_caching=True,
     stochastic={"mlm masks": (), "word repetition": ("--contrastive_augmentation", "word_repetition"),
                 "drop one word": ("--contrastive_augmentation", "drop_one_word")},
+    loss_terms={"contrastive": "contrastive_weight", "conditional MLM": "mlm_weight"},
     # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder
     test_flags=("--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"),
 ))
@@ -279,6 +283,7 @@ register(Method(
     # batch's sentence vectors before any chunk's replaced-token loss can be computed
     gradient_caching=False,
     stochastic={"dropout and masks": ()},
+    loss_terms={"replaced-token detection": "lambda_weight"},
     # the generator: the tests' backbone with a fresh masked-LM head (``{backbone}``: tests/conftest.py)
     test_flags=("--pooler_type", "cls", "--generator_name_or_path", "{masked_lm}"),
 ))

@@ -406,6 +406,54 @@ def test_a_step_draws_nothing_from_the_global_generators_but_dropout(method, tok
     assert seen["gradients"] > 0 and seen["collator"] and seen["step"], seen
 
 
+def term_cases() -> list:
+    """``(method, weight field)`` for each declared loss term; a method without one is a skipped case saying so."""
+    cases = []
+    for method in METHODS.values():
+        cases += [pytest.param(method, weight, id=f"{method.name}-{term.replace(' ', '-')}")
+                  for term, weight in method.loss_terms.items()] or [pytest.param(
+            method, None, id=method.name, marks=[pytest.mark.skip(
+                reason=f"{method.name}: declares no loss term besides its contrastive one")])]
+    return cases
+
+
+@pytest.mark.parametrize("method, weight", term_cases())
+def test_each_declared_loss_term_moves_the_loss_and_the_gradients_with_its_weight(method, weight, tokenizer, data,
+                                                                                  tmp_path):
+    """Each term of ``Method.loss_terms``: the same batch from the same weights, with dropout off, gives another loss
+    and other gradients when the config field weighting the term changes (its default, then its default + 1): the
+    term is computed, weighted by that field and reaches the parameters."""
+    import copy
+
+    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)
+    seen = {}
+
+    class Checking(method.trainer_class):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if not seen:
+                state, default, steps = copy.deepcopy(model.state_dict()), getattr(model.config, weight), []
+                for value in (default, default + 1.0):
+                    setattr(model.config, weight, value)
+                    model.load_state_dict(state)
+                    model.zero_grad(set_to_none=True)
+                    reseed(0)
+                    loss = self.compute_loss(model, self._prepare_inputs(copy.deepcopy(inputs)))
+                    loss.backward()
+                    steps.append({"loss": loss.detach(), **{name: parameter.grad.clone() for name, parameter
+                                                            in model.named_parameters() if parameter.grad is not None}})
+                setattr(model.config, weight, default)
+                model.load_state_dict(state)
+                model.zero_grad(set_to_none=True)
+                first, second = steps
+                seen.update(loss=not torch.equal(first["loss"], second["loss"]),
+                            gradients=[name for name in first if name != "loss" and name in second
+                                       and not torch.allclose(first[name], second[name], rtol=1e-4, atol=1e-9)])
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    train(method, recipe_argv(method, backbone, data, tmp_path / "out", steps=1), trainer_class=Checking)
+    assert seen["loss"] and seen["gradients"], seen
+
+
 # ------------------------------------------------------------------------------------------------ processes
 BATCH = 4  # per process; one process gets 2 * BATCH
 TOKEN_BUDGET = 48
