@@ -194,3 +194,18 @@ def test_the_method_tables_are_the_registrys():
     readme = (REPO_ROOT / "README.md").read_text()
     assert f"\n{method_table('docs/methods/')}\n| [Training-free extraction]" in readme
     assert "<!-- method table -->" in (REPO_ROOT / "docs" / "index.md").read_text()
+
+
+def test_the_docs_lists_of_methods_taking_a_shared_flag_are_the_registrys():
+    """Gradient caching (``Method.gradient_caching``) and Matryoshka sizes (a config with ``matryoshka_dims``): the
+    methods README and docs/training.md name for each flag are the registry's, in its order."""
+    from csekit.trainers.arguments import config_fields
+
+    caching = ", ".join(method.title for method in METHODS.values() if method.gradient_caching)
+    matryoshka = ", ".join(method.title for method in METHODS.values()
+                           if "matryoshka_dims" in {field.name for field in config_fields(method.config_class)})
+    readme, training = (" ".join((REPO_ROOT / path).read_text().split()) for path in ("README.md", "docs/training.md"))
+    assert f"With `--mini_batch_size M` ({caching})" in readme
+    assert f"`--matryoshka_dims 256 128 64`.** For {matryoshka} (" in readme
+    assert f"(`--mini_batch_size M`; {caching};" in training
+    assert f"`--matryoshka_weights W1 W2 ...`; {matryoshka};" in training
