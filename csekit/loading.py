@@ -123,9 +123,9 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True, any_pipe
     """
     folder = Path(name_or_path).expanduser()
     if folder.is_dir():
-        check_family(name_or_path, folder)
-        if is_st_folder(folder) and not (folder / "config.json").is_file():
-            return pipeline_folder(name_or_path, folder, any_pipeline)
+        pipeline = pipeline_folder(name_or_path, folder, any_pipeline)
+        if pipeline is not None:
+            return pipeline
         if require_weights:
             refuse_pickled_weights(name_or_path, folder)
         if require_weights and not has_weights(folder):
@@ -140,18 +140,23 @@ def resolve_model_path(name_or_path: str, require_weights: bool = True, any_pipe
     else:
         repo_id = "sentence-transformers/all-MiniLM-L6-v2" if name_or_path in EMBEDDED_MODELS else name_or_path
         resolved = hub_snapshot(repo_id, require_weights, any_pipeline)
-        check_family(name_or_path, resolved)
-        if is_st_folder(resolved) and not (Path(resolved) / "config.json").is_file():
-            return pipeline_folder(name_or_path, Path(resolved), any_pipeline)
+        pipeline = pipeline_folder(name_or_path, Path(resolved), any_pipeline)
+        if pipeline is not None:
+            return pipeline
     read_model_config(resolved)
     if require_weights:
         check_safetensors(resolved)
     return resolved
 
 
-def pipeline_folder(name: str, folder: Path, any_pipeline: bool) -> str:
-    """``folder``, a sentence-transformers pipeline without a model at its root, when ``any_pipeline``; else a
-    [`DataError`][csekit.loading.DataError] naming its modules."""
+def pipeline_folder(name: str, folder: Path, any_pipeline: bool) -> Optional[str]:
+    """The sentence-transformers checks of a local folder: another family than a dense embedder is refused
+    (`csekit.st_folder.check_family`); a pipeline without a model at its root is ``folder`` when ``any_pipeline``,
+    else a [`DataError`][csekit.loading.DataError] naming its modules; ``None`` for any other folder (the model
+    checks follow)."""
+    check_family(name, folder)
+    if not is_st_folder(folder) or (folder / "config.json").is_file():
+        return None
     entries = module_entries(folder)
     if not any_pipeline:
         modules = " > ".join(module_kind(entry) for entry in entries) or "no modules"

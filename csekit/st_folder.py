@@ -169,7 +169,7 @@ def pooling_modes(config: dict) -> list:
 
 def st_settings(folder: Path) -> dict:
     """The pipeline-wide settings: default prompt (its text, or ``None``) and the prompts."""
-    top = read_json(folder / "config_sentence_transformers.json")
+    top = read_json(folder / FAMILY_FILE)
     prompts = top.get("prompts") or {}
     default = top.get("default_prompt_name")
     return {"prompt": prompts.get(default) if default else None, "prompts": prompts}

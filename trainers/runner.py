@@ -216,12 +216,11 @@ def check_lengths(model_args, model_path: str, tokenizer, **lengths) -> None:
             check_model_inputs(model_args.model_name_or_path, config, tokenizer, length, f"--{flag}")
 
 
-def base_representation(name_or_path: str, config) -> dict:
+def base_representation(path, config) -> dict:
     """How the card's base-model row scores the model training started from: a csekit or sentence-transformers
     folder with its own representation (``{}``), a bare encoder with the trained model's (``config``'s pooler and
     layers, less the trained head: ``cls`` reads the [CLS] state, ``cls_before_pooler``, never BERT's
-    ``pooler_output``), so both rows differ by training alone."""
-    path = Path(resolve_model_path(name_or_path))
+    ``pooler_output``), so both rows differ by training alone. ``path``: the base model's resolved folder."""
     if is_st_folder(path) or str(read_model_config(path).get("model_type")).startswith("csekit-"):
         return {}
     pooler = "cls_before_pooler" if config.pooler_type == "cls" else config.pooler_type
@@ -240,14 +239,15 @@ def base_scores_valid(test: STSEvaluator):
     return check
 
 
-def base_model_scores(name_or_path: str, test: STSEvaluator, representation: dict) -> dict:
+def base_model_scores(name_or_path: str, path, test: STSEvaluator, representation: dict) -> dict:
     """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, scored with
     ``representation`` ([`base_representation`][csekit.trainers.runner.base_representation]), for the card's row
-    beside the trained model's. Kept in the score cache ([ScoreCache][csekit.evaluation.score_cache.ScoreCache])
-    under the model's revision, the protocol and the representation, so a second run from the same base does not
-    score it again; an entry is used only when its inputs and scores check out."""
+    beside the trained model's (``path``: its resolved folder). Kept in the score cache
+    ([ScoreCache][csekit.evaluation.score_cache.ScoreCache]) under the model's revision, the protocol and the
+    representation, so a second run from the same base does not score it again; an entry is used only when its inputs
+    and scores check out."""
     cache = ScoreCache()
-    inputs = cache.inputs(resolve_model_path(name_or_path), test, **representation)
+    inputs = cache.inputs(path, test, **representation)
     cached = cache.get(inputs, base_scores_valid(test))
     if cached is not None:
         logger.info("%s: its STS test scores come from the score cache (%s)", name_or_path,
@@ -411,8 +411,8 @@ def score_run(trainer, run: CheckedRun, model_args, training_args, batch: dict) 
     encode = encoded_once(lambda sentences: model.eval().encode(sentences, batch_size=128))
     with encoding_label(f"Encoding the trained model ({training_args.output_dir}) for the STS test sets"):
         scores = test.evaluate(encode)
-    base = base_model_scores(model_args.model_name_or_path, test,
-                             base_representation(model_args.model_name_or_path, model.config))
+    base = base_model_scores(model_args.model_name_or_path, run.model_path, test,
+                             base_representation(run.model_path, model.config))
     record = {"model": training_args.output_dir, "base_model": hub_id_of(model_args.model_name_or_path),
               "pooler": model.config.pooler_type, "sts": scores[test.aggregation],
               "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),

@@ -123,22 +123,23 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
 
         return embed, info
     return _load_plain(name_or_path, path, tokenizer, pooler or "cls", max_length, batch_size, device,
-                       {"pooling_layers": pooling_layers} if pooling_layers else None)
+                       pooling_layers=pooling_layers)
 
 
 def _load_plain(name_or_path: str, path, tokenizer, pooler: str, max_length: Optional[int], batch_size: int, device,
-                info: Optional[dict] = None):
-    """A transformers encoder at ``path`` pooled with ``pooler`` (``info``: what the record says of a
-    sentence-transformers pipeline this computes)."""
+                info: Optional[dict] = None, pooling_layers: Optional[list] = None):
+    """A transformers encoder at ``path`` pooled with ``pooler`` (and ``pooling_layers``, named in the record;
+    ``info``: what the record says of a sentence-transformers pipeline this computes)."""
     # scored in float32 (SentEval's precision) whatever dtype the checkpoint was stored in
     model = AutoModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).to(device)
-    encoder = HFSentenceEncoder(model, tokenizer, pooler, (info or {}).get("pooling_layers"))
+    encoder = HFSentenceEncoder(model, tokenizer, pooler, pooling_layers)
+    info = {**(info or {}), **({"pooling_layers": pooling_layers} if pooling_layers else {})}
 
     def embed(sentences):
         vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length, device)
         return finite_embeddings(name_or_path, vectors.numpy())
 
-    return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size, **(info or {})}
+    return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size, **info}
 
 
 def _load_st_folder(name_or_path: str, path: Path, max_length: Optional[int], batch_size: int, device):

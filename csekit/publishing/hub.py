@@ -45,16 +45,23 @@ UPLOAD_PREFIX = ".csekit-upload-"
 # records of a checkpoint (what a resumption reads)
 NEVER_UPLOADED = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "csekit_run.json",
                   "training_args.bin")
+def published_records(folder: Path, files: list) -> tuple:
+    """``({name: parsed record as published}, {local path: base name})`` for the record files among ``files``."""
+    recorded, replaced = recorded_local_paths(folder), {}
+    records = {name: strip_local_paths(json.loads((folder / name).read_text()), replaced, recorded)
+               for name in files if Path(name).name in RECORD_FILES}
+    return records, replaced
+
+
 def publishable_copy(model_dir, files: list, destination: Path) -> dict:
     """``files`` of ``model_dir`` in ``destination`` as they are published: records and card without local paths,
     the other files linked (copied across file systems) with the folder's permissions. Returns ``{path: name}``."""
-    folder, replaced = Path(model_dir), {}
-    recorded = recorded_local_paths(folder)
+    folder = Path(model_dir)
+    records, replaced = published_records(folder, files)
     for name in files:
         (destination / name).parent.mkdir(parents=True, exist_ok=True)
-        if Path(name).name in RECORD_FILES:
-            write_json(destination / name, strip_local_paths(json.loads((folder / name).read_text()), replaced,
-                                                             recorded))
+        if name in records:
+            write_json(destination / name, records[name])
         elif name != "README.md":
             try:
                 os.link(folder / name, destination / name)
@@ -159,10 +166,7 @@ def push_plan(model_dir, repo_id: str, private: bool = False, refresh_card: bool
     folder = Path(model_dir)
     files = files_to_push(folder)
     sizes = {name: (folder / name).stat().st_size for name in files}
-    recorded, replaced = recorded_local_paths(folder), {}
-    for name in files:
-        if Path(name).name in RECORD_FILES:
-            strip_local_paths(json.loads((folder / name).read_text()), replaced, recorded)
+    replaced = published_records(folder, files)[1]
     lines = [f"would upload {len(files)} files ({human_size(sum(sizes.values()))}) to https://huggingface.co/{repo_id} "
              f"({'private' if private else 'public'}; created if it does not exist):"]
     lines += [f"  {name}  {human_size(size)}" for name, size in sizes.items()]
