@@ -84,6 +84,12 @@ def read_model_config(folder) -> dict:
     return config
 
 
+def is_csekit_model(folder) -> bool:
+    """Whether ``folder`` holds a csekit model at its root (``config.json``'s ``model_type`` is a csekit one): csekit
+    reads it with its own classes, whatever other library's files (sentence-transformers modules) sit beside it."""
+    return (Path(folder) / "config.json").is_file() and read_model_config(folder)["model_type"].startswith("csekit-")
+
+
 def backbone_table() -> str:
     """The supported backbone families, one ``model_type: name`` line each (``--help-all`` prints it)."""
     return "\n".join(f"  {model_type:<12} {name}" for model_type, name in SUPPORTED_BACKBONES.items())
@@ -485,5 +491,5 @@ __all__ = [
     "TRAIN_DATA", "backbone_config", "backbone_table", "check_backbone", "check_finite", "check_finite_groups",
     "check_masked_lm", "check_model_inputs", "check_not_an_input", "check_output_dir", "check_output_file",
     "check_repo_id", "check_report_to", "check_resume", "check_training_arguments", "check_writable",
-    "checkpoint_problem", "find_checkpoint", "load_tokenizer", "read_model_config",
+    "checkpoint_problem", "find_checkpoint", "is_csekit_model", "load_tokenizer", "read_model_config",
 ]

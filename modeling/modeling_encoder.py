@@ -203,11 +203,32 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         model csekit trains or loads), so the folder also loads with ``SentenceTransformer(folder)``
         (`sentence_transformers_layout`). The inference head is stored once, in the Dense modules, unless
         [`saving_checkpoint`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.saving_checkpoint] is set
-        (the trainer sets it while writing a checkpoint)."""
+        (the trainer sets it while writing a checkpoint).
+
+        The folder is whole, as a recipe writes it: weights, config, the tokenizer and the sentence-transformers
+        files. The tokenizer is ``model.tokenizer`` (set by the trainer from its ``processing_class``, or loaded from
+        the folder the model came from); a model that knows none is refused in one line before anything is written,
+        since its folder could encode no text."""
+        tokenizer = self.known_tokenizer()
+        if tokenizer is None and not self.saving_checkpoint:  # (a checkpoint's tokenizer is the trainer's to write)
+            raise ValueError(f"{type(self).__name__}.save_pretrained({str(save_directory)!r}): no tokenizer to save "
+                             "beside the weights, so the folder could not encode text; set model.tokenizer = "
+                             "AutoTokenizer.from_pretrained(...) first")
         super().save_pretrained(save_directory, *args, **kwargs)
-        if self._tokenizer is not None and kwargs.get("is_main_process", True):
-            write_sentence_transformers_layout(self, save_directory, self._tokenizer,
+        if tokenizer is not None and kwargs.get("is_main_process", True):
+            tokenizer.save_pretrained(save_directory)
+            write_sentence_transformers_layout(self, save_directory, tokenizer,
                                                head_in_dense=not self.saving_checkpoint)
+
+    def known_tokenizer(self):
+        """``model.tokenizer`` when it is set or loads from the folder the model came from (``config.name_or_path``),
+        else ``None``."""
+        if self._tokenizer is None and self.config.name_or_path:
+            try:
+                return self.tokenizer
+            except (OSError, ValueError):  # no tokenizer files there (a bare checkpoint), or no such folder any more
+                return None
+        return self._tokenizer
 
     saving_checkpoint = False  # see save_pretrained
 
@@ -516,6 +537,6 @@ class SentenceEncoderForTraining:
         prefixes = tuple(f"{name}." for name in self.auxiliary_modules)
         published.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith(prefixes)},
                                   strict=True)
-        published.tokenizer = self._tokenizer
+        published.tokenizer = self.known_tokenizer()
         return published.to(self.device).train(self.training)
 

@@ -14,16 +14,9 @@ discriminator and its head.
 """
 
 from csekit.methods import get_method
-from csekit.trainers.diffcse import DiffCSECollator
 from csekit.trainers.runner import ContrastiveRecipe, main_guard
 
-
-def make_collator(tokenizer, model, data_args, extra_args) -> DiffCSECollator:
-    return DiffCSECollator(tokenizer, max_length=data_args.max_seq_length, config=model.config,
-                           padding_free=data_args.padding_free)
-
-
-RECIPE = ContrastiveRecipe(get_method("diffcse"), make_collator=make_collator, description=__doc__)
+RECIPE = ContrastiveRecipe(get_method("diffcse"), description=__doc__)
 main = RECIPE.main
 
 if __name__ == "__main__":

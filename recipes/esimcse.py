@@ -15,16 +15,9 @@ subwords), --queue_size (0: without momentum contrast), --momentum.
 """
 
 from csekit.methods import get_method
-from csekit.trainers.esimcse import ESimCSECollator
 from csekit.trainers.runner import ContrastiveRecipe, main_guard
 
-
-def make_collator(tokenizer, model, data_args, extra_args) -> ESimCSECollator:
-    return ESimCSECollator(tokenizer, max_length=data_args.max_seq_length, config=model.config,
-                           padding_free=data_args.padding_free)
-
-
-RECIPE = ContrastiveRecipe(get_method("esimcse"), make_collator=make_collator, description=__doc__)
+RECIPE = ContrastiveRecipe(get_method("esimcse"), description=__doc__)
 main = RECIPE.main
 
 if __name__ == "__main__":

@@ -166,8 +166,8 @@ def saved_tiny_model(tmp_path_factory, tokenizer):
     folder = tmp_path_factory.mktemp("tiny_simcse")
     config = SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(), pooler_type="avg")
     model = SimCSEModel(config)
+    model.tokenizer = tokenizer
     model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
     return folder
 
 

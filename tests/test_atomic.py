@@ -186,8 +186,9 @@ def workspace(tmp_path_factory, tokenizer):
     folder = tmp_path_factory.mktemp("atomic")
     torch.manual_seed(0)
     config = SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(), pooler_type="avg")
-    SimCSEModel(config).save_pretrained(folder / "tiny")
-    tokenizer.save_pretrained(folder / "tiny")
+    model = SimCSEModel(config)
+    model.tokenizer = tokenizer
+    model.save_pretrained(folder / "tiny")
     scores = dict.fromkeys(("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"), 1.0)
     (folder / "tiny" / "eval_results.json").write_text(json.dumps({"model": "tiny", "pooler": "avg", "sts": scores}))
     BertModel(tiny_bert_config(max_position_embeddings=512)).save_pretrained(folder / "bert")

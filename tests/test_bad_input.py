@@ -31,8 +31,10 @@ class Row(NamedTuple):
 
 HUB_OFFLINE = ("someone/uncached: not in the local Hugging Face cache (…) and HF_HUB_OFFLINE=1 is set; unset "
                "HF_HUB_OFFLINE to download it")
-TRUNCATED = "truncated/model.safetensors: truncated or corrupt safetensors file (…); save or download the model again"
-CORRUPT = "corrupt/model.safetensors: truncated or corrupt safetensors file (…); save or download the model again"
+TRUNCATED = ("truncated/encoder/model.safetensors: truncated or corrupt safetensors file (…); save or download the "
+             "model again")
+CORRUPT = ("corrupt/encoder/model.safetensors: truncated or corrupt safetensors file (…); save or download the model "
+           "again")
 NO_CONFIG = "weights-only: model folder has weights but no config.json"
 NOT_CSEKIT = ("--output_dir not-csekit: exists and is not a csekit output folder (no training_args.json, checkpoint-* "
               "or csekit config.json); choose another folder or pass --overwrite_output_dir true")
@@ -485,22 +487,21 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
     folder = tmp_path_factory.mktemp("bad_input")
     tiny = folder / "tiny"
     config = SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(), pooler_type="avg")
-    SimCSEModel(config).save_pretrained(tiny)
-    tokenizer.save_pretrained(tiny)
+    model = SimCSEModel(config)
+    model.tokenizer = tokenizer
+    model.save_pretrained(tiny)
     scores = dict.fromkeys(("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"), 1.0)
     (tiny / "eval_results.json").write_text(json.dumps({"model": "tiny", "pooler": "avg", "sts": scores}))
     (tiny / "README.md").write_text("card\n")
     BertModel(tiny_bert_config(max_position_embeddings=512)).save_pretrained(folder / "bert")
     tokenizer.save_pretrained(folder / "bert")
-    for name in ("weights-only", "truncated", "corrupt"):
-        copy = folder / name
-        copy.mkdir()
-        for path in tiny.iterdir():
-            (copy / path.name).write_bytes(path.read_bytes())
+    copy_folder(folder / "bert", folder / "weights-only")  # (a csekit folder less config.json is a pipeline)
+    for name in ("truncated", "corrupt"):
+        copy_folder(tiny, folder / name)
     (folder / "weights-only" / "config.json").unlink()
-    weights = (folder / "truncated" / "model.safetensors").read_bytes()
-    (folder / "truncated" / "model.safetensors").write_bytes(weights[: len(weights) // 2])
-    (folder / "corrupt" / "model.safetensors").write_bytes(weights[:8] + b"#" * 32 + weights[40:])
+    weights = (folder / "truncated" / "encoder" / "model.safetensors").read_bytes()  # the backbone's weights
+    (folder / "truncated" / "encoder" / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    (folder / "corrupt" / "encoder" / "model.safetensors").write_bytes(weights[:8] + b"#" * 32 + weights[40:])
     (folder / "sentences.txt").write_text("".join(f"sentence number {i}\n" for i in range(70)))
     (folder / "pairs.csv").write_text("sent0,sent1\n" + "".join(f"first {i},second {i}\n" for i in range(70)))
     (folder / "bad-utf8.txt").write_bytes(b"fine\n\xff not utf-8\n")
@@ -568,8 +569,8 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
                                          pooler_type="avg"))
     with torch.no_grad():
         nan_model.encoder.embeddings.LayerNorm.weight[0] = float("nan")
+    nan_model.tokenizer = tokenizer
     nan_model.save_pretrained(folder / "nan-weights")
-    tokenizer.save_pretrained(folder / "nan-weights")
     copy_folder(folder / "bert", folder / "damaged-tokenizer")
     (folder / "damaged-tokenizer" / "tokenizer.json").write_text("{}\n")
     copy_folder(folder / "bert", folder / "bert-as-decoder")
@@ -606,9 +607,7 @@ def save_other_families(folder: Path, tokenizer) -> None:
 
 
 def copy_folder(source: Path, destination: Path) -> None:
-    destination.mkdir()
-    for path in source.iterdir():
-        (destination / path.name).write_bytes(path.read_bytes())
+    shutil.copytree(source, destination)
 
 
 def snapshot(folder: Path) -> dict:

@@ -172,8 +172,8 @@ def test_save_load_round_trip(tokenizer, tmp_path):
     model = tiny_clsr(tokenizer).eval()
     torch.nn.init.normal_(model.mlp.dense_out.weight)
     expected = model.encode(SENTENCES[:3])
+    model.tokenizer = tokenizer
     model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
     loaded = AutoModel.from_pretrained(tmp_path)
     assert isinstance(loaded, CLSRModel)
     assert not any(p.requires_grad for p in loaded.encoder.parameters())
@@ -186,8 +186,8 @@ def test_save_load_round_trip(tokenizer, tmp_path):
 def test_trust_remote_code_round_trip(tokenizer, tmp_path, layout):
     model = tiny_clsr(tokenizer, encoder_layout=layout).eval()
     torch.nn.init.normal_(model.mlp.dense_out.bias)  # some outputs negative, so the two layouts differ
+    model.tokenizer = tokenizer
     model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
     np.save(tmp_path / "expected.npy", model.encode(SENTENCES[:3]))
     code = (
         "import numpy as np\n"

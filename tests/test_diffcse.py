@@ -55,6 +55,21 @@ def test_both_views_are_masked_from_each_examples_generator_never_a_special_toke
     assert again is not None
 
 
+
+def test_the_masking_step_is_the_one_cmlm_cse_takes(tokenizer):
+    """One masking function for both methods: at the same rate and seed, a sentence's first view is masked exactly as
+    CMLM-CSE's collator masks it."""
+    from csekit.modeling import CMLMCSEConfig
+    from csekit.trainers.cmlm_cse import CMLMCSECollator
+
+    features = [{"sent0": s, "example_index": i} for i, s in enumerate(SENTENCES[:8])]
+    diffcse = DiffCSECollator(tokenizer, max_length=16, config=tiny_config(masking_ratio=0.3),
+                              draws=ExampleDraws(seed=3))(features)
+    cmlm = CMLMCSECollator(tokenizer, max_length=16, config=CMLMCSEConfig(encoder_config=tiny_bert_config().to_dict(),
+                                                                          mask_rate=0.3),
+                           draws=ExampleDraws(seed=3))(features)
+    assert torch.equal(diffcse["mlm_input_ids"][:, 0], cmlm["mlm_input_ids"])
+
 # ------------------------------------------------------------------------------------------ loss and gradients
 def authors_projection(model_mlp: nn.Module) -> nn.Sequential:
     """``ProjectionMLP`` of ``diffcse/models.py`` (``--batchnorm``), with the weights of ``model_mlp``."""
@@ -161,6 +176,7 @@ def test_the_published_model_has_no_training_only_networks(tokenizer, tmp_path):
     assert not any(name.startswith(training_only) for name in published.state_dict())
     assert {n for n in model.state_dict() if not n.startswith(training_only)} == set(published.state_dict())
     assert any(name.startswith("mlp.net.1.running_mean") for name in published.state_dict())
+    model.tokenizer = tokenizer
     model.save_pretrained(tmp_path / "checkpoint")
     restored = DiffCSEForPreTraining.from_pretrained(tmp_path / "checkpoint")
     assert not any(p.requires_grad for p in restored.generator.parameters())  # frozen again

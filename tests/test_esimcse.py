@@ -270,6 +270,7 @@ def test_the_published_model_has_no_momentum_encoder_and_checkpoints_keep_it(tok
     assert {n for n in model.state_dict() if not n.startswith("momentum.")} == set(published.state_dict())
     model.momentum.stage(keys=torch.ones(3, 32))
     model.momentum.enqueue_staged()
+    model.tokenizer = tokenizer
     model.save_pretrained(tmp_path / "checkpoint")
     restored = ESimCSEForPreTraining.from_pretrained(tmp_path / "checkpoint")
     assert not any(p.requires_grad for p in restored.momentum.encoder.parameters())  # frozen again

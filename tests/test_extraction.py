@@ -534,7 +534,7 @@ def test_model_loader_never_unpickles(saved_tiny_model, data_dir, tmp_path):
     from csekit.extraction.extractor import load_source
 
     folder = copy_model(saved_tiny_model, tmp_path)
-    for weights in folder.glob("*.safetensors"):
+    for weights in folder.rglob("*.safetensors"):  # the sentence-transformers module folders' too
         weights.unlink()
     marker = tmp_path / "code-ran"
     torch.save(CodeOnUnpickle(marker), folder / "pytorch_model.bin")

@@ -100,7 +100,8 @@ def test_uncached_hub_id_offline_is_one_line(tmp_path):
 
 
 def test_hub_id_downloads_through_the_cache_when_online(saved_tiny_model, hub_cache, online, monkeypatch):
-    files = {path.name: path.read_bytes() for path in saved_tiny_model.iterdir() if path.is_file()}
+    files = {path.relative_to(saved_tiny_model).as_posix(): path.read_bytes()
+             for path in saved_tiny_model.rglob("*") if path.is_file()}
     files["pytorch_model.bin"] = b"pickled weights must not be fetched when safetensors exist"
     with FakeHub({("models", "someone/remote-simcse"): files}) as hub:
         monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
@@ -109,7 +110,8 @@ def test_hub_id_downloads_through_the_cache_when_online(saved_tiny_model, hub_ca
         folder = Path(resolve_model_path("someone/remote-simcse"))
         fetched = [path for method, path in hub.requests if method == "GET" and "/resolve/" in path]
     assert folder == hub_cache / "models--someone--remote-simcse" / "snapshots" / COMMIT
-    assert (folder / "model.safetensors").read_bytes() == files["model.safetensors"]
+    weights = [name for name in files if name.endswith(".safetensors")]
+    assert weights and all((folder / name).read_bytes() == files[name] for name in weights)
     assert not (folder / "pytorch_model.bin").exists() and not any("pytorch_model.bin" in p for p in fetched)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # now cached: works offline
     assert resolve_model_path("someone/remote-simcse") == str(folder)

@@ -279,12 +279,14 @@ def test_no_import_cycle_and_layers_point_one_way():
     ("CLSRModel", {"configuration_clsr", "configuration_encoder", "encoding", "modeling_clsr", "modeling_encoder",
                    "packing", "pooler_types", "pooling", "sentence_transformers_layout"}),
 ])
-def test_saved_folder_carries_only_the_code_its_class_needs(model_class, expected, tmp_path):
+def test_saved_folder_carries_only_the_code_its_class_needs(model_class, expected, tmp_path, tokenizer):
     import csekit
     from conftest import tiny_bert_config
 
     model_cls = getattr(csekit, model_class)
-    model_cls(model_cls.config_class(encoder_config=tiny_bert_config(vocab_size=100).to_dict())).save_pretrained(tmp_path)
+    model = model_cls(model_cls.config_class(encoder_config=tiny_bert_config().to_dict()))
+    model.tokenizer = tokenizer
+    model.save_pretrained(tmp_path)
     assert {path.stem for path in tmp_path.glob("*.py")} == expected
 
 
@@ -401,9 +403,7 @@ def test_built_wheel_works_outside_the_checkout(tmp_path, saved_tiny_model):
                               str(wheel)], capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
     model = tmp_path / "model"
-    model.mkdir()
-    for path in saved_tiny_model.iterdir():
-        (model / path.name).write_bytes(path.read_bytes())
+    shutil.copytree(saved_tiny_model, model)
     tasks = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
     (model / "eval_results.json").write_text('{"model": "m", "pooler": "avg", "sts": {%s}}'
                                              % ", ".join(f'"{t}": 50.0' for t in tasks))

@@ -205,6 +205,7 @@ def test_saved_model_does_not_name_the_packed_attention(tmp_path, tokenizer):
     model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config().to_dict(), pooler_type="avg"))
     assert enable_padding_free(model, tokenizer, MAX_LENGTH) is True
     assert model.encoder.config._attn_implementation == "csekit_packed"
+    model.tokenizer = tokenizer
     model.save_pretrained(tmp_path)
     assert "csekit_packed" not in json.loads((tmp_path / "config.json").read_text()).__repr__()
     reloaded = AutoModel.from_pretrained(tmp_path)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from sentence_transformers import SentenceTransformer
-from transformers import BertModel
+from transformers import AutoTokenizer, BertModel
 
 from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
 from csekit.cli import main as csekit
@@ -145,8 +145,8 @@ def test_a_folder_sentence_transformers_cannot_load_has_a_transformers_card_that
 
     model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
                                      pooler_type="avg_first_last"))
+    model.tokenizer = tokenizer
     model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
     shutil.copy(trained / "eval_results.json", tmp_path / "model")
     write_model_card(tmp_path / "model", repo_id="org/model", figure="never")
     metadata = metadata_load(tmp_path / "model" / "README.md")
@@ -197,8 +197,8 @@ def test_every_model_class_has_a_family_card_and_exact_st_export(tmp_path, train
                               pooler_type="avg_first_last", **TINY_OVERRIDES.get(config_class.model_type, {}))
         folder = tmp_path / config_class.model_type
         model = model_class(config).eval()
+        model.tokenizer = tokenizer
         model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
         (folder / "eval_results.json").write_text(record)
         text = str(render_model_card(folder))
         assert f"({config_class.model_type}, class\n`{model_class.__name__}`)" in text
@@ -214,9 +214,8 @@ def test_every_model_class_has_a_family_card_and_exact_st_export(tmp_path, train
 def test_simcse_plain_export_loads_without_custom_code(tmp_path, tokenizer, pooler):
     model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
                                      pooler_type=pooler)).eval()
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
     model.tokenizer = tokenizer
+    model.save_pretrained(tmp_path / "model")
     assert csekit(["export-st", str(tmp_path / "model"), str(tmp_path / "st")]) == 0
     assert json.loads((tmp_path / "st" / "modules.json").read_text())[0]["type"].startswith("sentence_transformers.")
     exported = SentenceTransformer(str(tmp_path / "st"), device="cpu")  # no trust_remote_code
@@ -335,10 +334,10 @@ def test_bad_inputs_fail_with_one_clear_error(tmp_path, trained, capsys):
     with pytest.raises(DataError, match="would overwrite the input"):
         export_sentence_transformers(trained, trained, overwrite=True)
     first_last = tmp_path / "first_last"
-    SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
-                             pooler_type="avg_first_last")).save_pretrained(first_last)
-    shutil.copy(trained / "tokenizer.json", first_last)
-    shutil.copy(trained / "tokenizer_config.json", first_last)
+    first_last_model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
+                                                pooler_type="avg_first_last"))
+    first_last_model.tokenizer = AutoTokenizer.from_pretrained(trained)
+    first_last_model.save_pretrained(first_last)
     assert csekit(["export-st", str(first_last), str(tmp_path / "st"), "--layout", "plain"]) == 2
     assert "no plain sentence-transformers equivalent" in capsys.readouterr().err
     assert not (tmp_path / "st").exists()

@@ -7,6 +7,7 @@ if __name__ != "csekit.trainers":  # the checkout's folder imported by its own n
     raise ImportError(f"{__name__} is installed as csekit.trainers: import csekit (pip install -e . in a checkout)")
 
 from ..methods import classes_in, load_object
+from .arguments import CSETrainingArguments
 from .collators import ContrastiveCollator
 from .data import load_training_dataset
 from .embedding_cache import EmbeddingCache
@@ -24,5 +25,5 @@ def __dir__():
     return sorted(set(globals()) | set(classes_in(__name__)))
 
 
-__all__ = ["ContrastiveCollator", "ContrastiveTrainer", "EmbeddingCache", "load_training_dataset",
-           *sorted(classes_in(__name__))]
+__all__ = ["CSETrainingArguments", "ContrastiveCollator", "ContrastiveTrainer", "EmbeddingCache",
+           "load_training_dataset", *sorted(classes_in(__name__))]

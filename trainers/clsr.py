@@ -35,7 +35,14 @@ from ..evaluation.sts import CachedSTSEvaluator
 from ..modeling.losses import nt_xent_loss
 from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, RUN_RECORD, check_training_arguments, find_checkpoint
 from .arguments import setup_record
-from .clsr_data import HeldOutSentences, PairCorpus, assert_disjoint_from_held_out, require_full_batch
+from .clsr_data import (
+    HeldOutSentences,
+    PairCorpus,
+    assert_disjoint_from_held_out,
+    build_pair_corpus,
+    held_out_sentences,
+    require_full_batch,
+)
 from .lars import LARS, lars_param_groups
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
@@ -241,6 +248,28 @@ class CLSRTrainer:
         self.device = next(model.mlp.parameters()).device
         self.train_vectors = train_vectors.to(self.device)
         self.pairs = corpus.pairs.to(self.device)
+
+    @classmethod
+    def from_dataset(cls, model, args: CLSRTrainingArguments, train_dataset, sts_evaluator=None,
+                     data_dir: Optional[str] = None, encode_batch_size: int = 512) -> "CLSRTrainer":
+        """The trainer from what a ``Trainer``'s caller passes: positive pairs as a ``datasets.Dataset`` (or a dict)
+        with ``sent0`` and ``sent1`` columns, and optionally an
+        [`STSEvaluator`][csekit.evaluation.sts.STSEvaluator] for model selection (STS-B dev). As the recipe does by
+        default (``--test_overlap drop``), a pair with a sentence of an STS test or dev set (``data_dir``'s data
+        folder: `held_out_sentences`) is dropped; the backbone's pooled vectors are computed here, once (the recipe
+        caches them on disk: [`EmbeddingCache`][csekit.trainers.embedding_cache.EmbeddingCache])."""
+        columns = getattr(train_dataset, "column_names", None) or list(train_dataset)
+        if not {"sent0", "sent1"} <= set(columns):
+            raise DataError(f"train_dataset: columns {','.join(columns)}, but CLSR trains on positive pairs, "
+                            "sent0,sent1")
+        held_out = held_out_sentences(data_dir)
+        corpus = build_pair_corpus(train_dataset["sent0"], train_dataset["sent1"], held_out)
+        require_full_batch(corpus, args.per_device_train_batch_size)
+        args = steps_as_epochs(args, len(corpus.pairs) // args.per_device_train_batch_size)
+        vectors = model.encode_pooled(corpus.sentences, batch_size=encode_batch_size)
+        dev = None if sts_evaluator is None else CachedSTSEvaluator(
+            sts_evaluator, model.encode_pooled(sts_evaluator.sentences(), batch_size=encode_batch_size))
+        return cls(model, args, vectors, corpus, held_out, dev)
 
     def _writer(self):
         """A TensorBoard writer when ``report_to`` asks for one (the same flag as the Trainer-based recipes)."""

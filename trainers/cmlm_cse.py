@@ -30,6 +30,7 @@ from ..modeling import CMLMCSEConfig
 from ..modeling.modeling_cmlm_cse import IGNORE_INDEX
 from ..modeling.packing import view_tokens
 from .collators import ContrastiveCollator
+from .masking import mask_tokens, special_token_ids
 from .simcse import SimCSETrainer
 
 
@@ -47,8 +48,7 @@ class CMLMCSECollator(ContrastiveCollator):
     Returns the parent's ``(B, 2, T)`` tensors (view 0 untouched) plus ``mlm_input_ids`` and ``mlm_labels`` of shape
     ``(B, T)``; packed (``padding_free``), the parent's row plus view 0's sentences masked, as a ``(1, N0)`` row.
 
-    The rule is ``DataCollatorForLanguageModeling.torch_mask_tokens``' (selection with probability ``mask_rate``
-    among non-special tokens, then 80% ``[MASK]``, half of the rest a uniform random token of the vocabulary), drawn
+    The rule is [`mask_tokens`][csekit.trainers.masking.mask_tokens] (``DataCollatorForLanguageModeling``'s), drawn
     over each sentence's real tokens from that sentence's own generator (``randomness.py``): the same sentence gets
     the same masks padded or packed, in any batch, before or after a resume.
     """
@@ -56,9 +56,7 @@ class CMLMCSECollator(ContrastiveCollator):
     config: CMLMCSEConfig = field(kw_only=True)
 
     def __post_init__(self):
-        if self.tokenizer.mask_token is None:
-            raise DataError(f"{type(self.tokenizer).__name__} has no mask token: CMLM-CSE needs one")
-        self.special_ids = torch.tensor(sorted(set(self.tokenizer.all_special_ids)))
+        self.special_ids = special_token_ids(self.tokenizer, "CMLM-CSE")
 
     def __call__(self, features: list) -> dict:
         batch = super().__call__(features)
@@ -85,22 +83,10 @@ class CMLMCSECollator(ContrastiveCollator):
     def draws_at_random(self) -> bool:
         return True
 
-    @property
-    def mask_rate(self) -> float:
-        """The share of non-special tokens selected (the config's ``mask_rate``)."""
-        return self.config.mask_rate
-
     def mask_tokens(self, tokens: torch.Tensor, generator: torch.Generator) -> tuple:
-        """``(inputs, labels)`` of one sentence's real tokens ``(L,)``: BERT's 80/10/10 rule with ``generator``."""
-        def coin(probability: float) -> torch.Tensor:
-            return torch.bernoulli(torch.full(tokens.shape, probability), generator=generator).bool()
-
-        selected = coin(self.mask_rate) & ~torch.isin(tokens, self.special_ids)
-        to_mask = coin(0.8) & selected
-        to_random = coin(0.5) & selected & ~to_mask
-        random_words = torch.randint(len(self.tokenizer), tokens.shape, generator=generator)
-        inputs = torch.where(to_mask, self.tokenizer.mask_token_id, torch.where(to_random, random_words, tokens))
-        return inputs, torch.where(selected, tokens, IGNORE_INDEX)
+        """``(inputs, labels)`` of one sentence's real tokens ``(L,)``:
+        [`mask_tokens`][csekit.trainers.masking.mask_tokens] at the config's ``mask_rate``."""
+        return mask_tokens(tokens, self.config.mask_rate, self.tokenizer, self.special_ids, generator)
 
 
 class CMLMCSETrainer(SimCSETrainer):
@@ -112,6 +98,11 @@ class CMLMCSETrainer(SimCSETrainer):
     """
 
     data_columns = (("sent0",),)  # unsupervised sentences: two dropout views and the masked copy of one sentence
+
+    @classmethod
+    def default_collator(cls, tokenizer, model, max_length: int = 32, padding_free: bool = False) -> CMLMCSECollator:
+        """[`CMLMCSECollator`][csekit.trainers.cmlm_cse.CMLMCSECollator] on the model's config."""
+        return CMLMCSECollator(tokenizer, max_length=max_length, config=model.config, padding_free=padding_free)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config

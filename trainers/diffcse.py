@@ -7,39 +7,52 @@ voidism/DiffCSE: ``train.py`` for the masking, ``diffcse/models.py`` for the los
 and ``rtd_accuracy`` (and ``loss_matryoshka_<d>`` with Matryoshka sizes).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import DataError
-from .cmlm_cse import CMLMCSECollator
+from ..modeling import DiffCSEConfig
+from .collators import ContrastiveCollator
+from .masking import mask_tokens, special_token_ids
 from .simcse import SimCSETrainer
 
 
 @dataclass
-class DiffCSECollator(CMLMCSECollator):
+class DiffCSECollator(ContrastiveCollator):
     """Two views of each unsupervised sentence plus a masked copy of each, ``mlm_input_ids (B, 2, T)``.
+
+    Args:
+        config: the model's [`DiffCSEConfig`][csekit.modeling.configuration_diffcse.DiffCSEConfig]; its
+            ``masking_ratio`` is the share of non-special tokens selected.
 
     The authors mask the padded batch of both views at once (``mask_tokens`` over ``(2B, T)``): every non-special
     token with probability ``masking_ratio`` (special and padding tokens never), then BERT's 80/10/10. Here each
-    sentence's two views are masked one after the other from that sentence's own generator (``randomness.py``),
-    the same draws in any batch, process or resumed run. Padded batches only (the model refuses packed ones).
+    sentence's two views are masked one after the other by [`mask_tokens`][csekit.trainers.masking.mask_tokens] from
+    that sentence's own generator (``randomness.py``), the same draws in any batch, process or resumed run. Padded
+    batches only (the model refuses packed ones).
     """
 
+    config: DiffCSEConfig = field(kw_only=True)
+
+    def __post_init__(self):
+        self.special_ids = special_token_ids(self.tokenizer, "DiffCSE")
+
     @property
-    def mask_rate(self) -> float:
-        return self.config.masking_ratio
+    def draws_at_random(self) -> bool:
+        return True
 
     def __call__(self, features: list) -> dict:
         if self.padding_free:
             raise DataError("DiffCSE trains on padded batches (its replaced-token loss counts every padded position)")
         if any(set(feature) & {"sent1", "hard_neg"} for feature in features):
             raise DataError("DiffCSE trains on unsupervised sentences (one text column); the batch has pairs")
-        batch = super(CMLMCSECollator, self).__call__(features)  # the two views, padded
+        batch = super().__call__(features)  # the two views, padded
         masked = batch["input_ids"].clone()
         generators = self.draws.torch_generators(features, "mlm")
         for row, generator in enumerate(generators):
             for view in range(masked.shape[1]):
                 where = batch["attention_mask"][row, view].bool()
-                masked[row, view, where] = self.mask_tokens(batch["input_ids"][row, view, where], generator)[0]
+                masked[row, view, where] = mask_tokens(batch["input_ids"][row, view, where], self.config.masking_ratio,
+                                                       self.tokenizer, self.special_ids, generator)[0]
         batch["mlm_input_ids"] = masked
         return batch
 
@@ -54,6 +67,11 @@ class DiffCSETrainer(SimCSETrainer):
     """
 
     data_columns = (("sent0",),)  # unsupervised sentences: two dropout views and their masked copies
+
+    @classmethod
+    def default_collator(cls, tokenizer, model, max_length: int = 32, padding_free: bool = False) -> DiffCSECollator:
+        """[`DiffCSECollator`][csekit.trainers.diffcse.DiffCSECollator] on the model's config."""
+        return DiffCSECollator(tokenizer, max_length=max_length, config=model.config, padding_free=padding_free)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.accelerator.unwrap_model(model).config

@@ -111,6 +111,11 @@ class ESimCSETrainer(SimCSETrainer):
 
     data_columns = (("sent0",),)  # unsupervised: the sentence and its repeated copy
 
+    @classmethod
+    def default_collator(cls, tokenizer, model, max_length: int = 32, padding_free: bool = False) -> ESimCSECollator:
+        """[`ESimCSECollator`][csekit.trainers.esimcse.ESimCSECollator] on the model's config."""
+        return ESimCSECollator(tokenizer, max_length=max_length, config=model.config, padding_free=padding_free)
+
     def compute_losses(self, model, outputs, inputs) -> dict:
         network = self.accelerator.unwrap_model(model)
         config, momentum = network.config, network.momentum

@@ -36,6 +36,7 @@ from ..preflight import (
     check_not_an_input,
     check_resume,
     find_checkpoint,
+    is_csekit_model,
     load_tokenizer,
     read_model_config,
 )
@@ -49,8 +50,8 @@ from .arguments import (
     setup_record,
     write_arguments,
 )
-from .collators import ContrastiveCollator, enable_padding_free
-from .data import PAIR_COLUMNS, data_fingerprint, load_training_dataset
+from .collators import enable_padding_free
+from .data import data_fingerprint, load_training_dataset
 from .output_dir import RunFolder
 from .trainer import require_finite_weights
 
@@ -67,9 +68,9 @@ class ContrastiveRecipe:
             method flags), the trainer, the default ``--output_dir`` (``outputs/NAME``).
         extra_arguments: an optional dataclass of recipe-only flags (data augmentations that are not model
             settings).
-        make_collator: ``(tokenizer, model, data_args, extra_args) -> collator``; default
-            [`ContrastiveCollator`][csekit.trainers.runner.ContrastiveCollator] with the model's ``num_views`` (2 when
-            it has none).
+        make_collator: ``(tokenizer, model, data_args, extra_args) -> collator``, for a recipe whose extra flags shape
+            the batches; default: the trainer's
+            [`default_collator`][csekit.trainers.trainer.ContrastiveTrainer.default_collator].
         description: the ``--help`` text (the recipe module's docstring).
         model_class, trainer_class: the method's training model and trainer unless given (a test may record what
             a trainer sees with a subclass).
@@ -126,9 +127,8 @@ class ContrastiveRecipe:
         if self.make_collator is not None:
             collator = self.make_collator(tokenizer, model, data_args, extra_args)
         else:
-            collator = ContrastiveCollator(tokenizer, max_length=data_args.max_seq_length,
-                                           unsupervised_views=getattr(model.config, "num_views", 2),
-                                           padding_free=packed)
+            collator = self.trainer_class.default_collator(tokenizer, model, max_length=data_args.max_seq_length,
+                                                           padding_free=packed)
         if hasattr(collator, "pad_to_multiple_of"):
             collator.pad_to_multiple_of = data_args.pad_to_multiple_of
         return collator
@@ -221,7 +221,7 @@ def base_representation(path, config) -> dict:
     folder with its own representation (``{}``), a bare encoder with the trained model's (``config``'s pooler and
     layers, less the trained head: ``cls`` reads the [CLS] state, ``cls_before_pooler``, never BERT's
     ``pooler_output``), so both rows differ by training alone. ``path``: the base model's resolved folder."""
-    if is_st_folder(path) or str(read_model_config(path).get("model_type")).startswith("csekit-"):
+    if is_st_folder(path) or is_csekit_model(path):
         return {}
     pooler = "cls_before_pooler" if config.pooler_type == "cls" else config.pooler_type
     return {"pooler": pooler, **({"pooling_layers": list(config.pooling_layers)} if pooler == "layers" else {})}
@@ -341,11 +341,7 @@ def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, e
                                           data_args.max_train_samples)
     record[TRAIN_DATA] = data_fingerprint(train_dataset)  # what is trained on, not only the file's name
     accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
-    columns = tuple(name for name in PAIR_COLUMNS if name in train_dataset.column_names)
-    if columns not in recipe.trainer_class.data_columns:
-        shapes = " or ".join(",".join(shape) for shape in recipe.trainer_class.data_columns)
-        raise DataError(f"{data_args.train_file}: columns {','.join(columns)}, but {recipe.method.name} trains on "
-                        f"{shapes} (a .txt is one sentence a line)")
+    columns = recipe.trainer_class.check_columns(train_dataset.column_names, data_args.train_file, recipe.method.name)
     if recipe.trainer_class.negatives_per_anchor(global_batch, columns) < 1:
         raise DataError(f"--per_device_train_batch_size {training_args.per_device_train_batch_size} x "
                         f"{training_args.world_size} process(es): each anchor would see no negative, so the "

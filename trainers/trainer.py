@@ -1,6 +1,7 @@
 """Trainer extensions: combined contrastive losses with per-component logging, STS-based model selection, and
 checkpoints that appear only when complete."""
 
+import copy
 import logging
 import math
 import os
@@ -12,10 +13,10 @@ from typing import Callable, Optional
 import torch
 from accelerate.utils import DistributedType
 from huggingface_hub import HfApi
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_callback import ProgressCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, rotate_checkpoints
 
 from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
@@ -24,7 +25,8 @@ from ..modeling.encoding import progress
 from ..modeling.losses import false_negative_mask
 from ..modeling.modeling_encoder import SentenceEncoderForTraining
 from ..preflight import RUN_RECORD, checkpoint_problem
-from .collators import TEXT_IDS
+from .collators import TEXT_IDS, ContrastiveCollator
+from .data import PAIR_COLUMNS
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
@@ -146,6 +148,7 @@ class ContrastiveTrainer(Trainer):
                 "csekit trainers publish once, after the test evaluation: leave TrainingArguments.push_to_hub off and "
                 "call trainer.push_to_hub() once eval_results.json is written (the recipes' --push_to_hub does this)"
             )
+        args = self.method_defaults(model, args, kwargs, sts_evaluator)
         tokenizer = kwargs.get("processing_class")
         if model is not None and tokenizer is not None:
             # the wrapper config names the tokenizer's special tokens, so the Trainer has nothing to "align" (and
@@ -180,6 +183,67 @@ class ContrastiveTrainer(Trainer):
                                                                                       "text_ids", False):
             raise DataError("--duplicate_negatives mask needs the texts' identities in each batch: a collator with "
                             "text_ids=True (ContrastiveCollator)")
+
+    @classmethod
+    def default_collator(cls, tokenizer, model, max_length: int = 32, padding_free: bool = False):
+        """The method's training collator for ``model`` (the recipes' too): a
+        [`ContrastiveCollator`][csekit.trainers.collators.ContrastiveCollator] with the model's ``num_views`` (2 when
+        it has none); ``max_length`` 32 is the papers' truncation length."""
+        return ContrastiveCollator(tokenizer, max_length=max_length, unsupervised_views=getattr(model.config,
+                                                                                                "num_views", 2),
+                                   padding_free=padding_free)
+
+    @classmethod
+    def check_columns(cls, column_names, source: str = "train_dataset", method: Optional[str] = None) -> tuple:
+        """The data columns of ``column_names`` the method trains on (``("sent0",)``, ...), or a one-line
+        [`DataError`][csekit.errors.DataError] naming ``source``, the ``method`` (default: this class) and the
+        columns it takes."""
+        columns = tuple(name for name in PAIR_COLUMNS if name in column_names)
+        if columns not in cls.data_columns:
+            shapes = " or ".join(",".join(shape) for shape in cls.data_columns)
+            raise DataError(f"{source}: columns {','.join(columns) or 'none of ' + ','.join(PAIR_COLUMNS)}, but "
+                            f"{method or cls.__name__} trains on {shapes} (a .txt is one sentence a line)")
+        return columns
+
+    def method_defaults(self, model, args, kwargs: dict, sts_evaluator) -> Optional[TrainingArguments]:
+        """What a Python caller may leave out, as ``SentenceTransformerTrainer(model, args, train_dataset)`` allows:
+        the tokenizer (``processing_class``, else the model's), the method's collator
+        ([`default_collator`][csekit.trainers.trainer.ContrastiveTrainer.default_collator], seeded by ``data_seed`` or
+        ``seed``), and evaluation, which needs an ``sts_evaluator``: without one, step-wise evaluation (the default of
+        [`CSETrainingArguments`][csekit.trainers.arguments.CSETrainingArguments]) is turned off with a logged line and
+        the last step's model is kept. The data's columns are checked
+        ([`check_columns`][csekit.trainers.trainer.ContrastiveTrainer.check_columns]) and all are kept for the
+        collator. Returns the arguments the Trainer runs with (a copy when evaluation was turned off)."""
+        tokenizer = kwargs.get("processing_class")
+        if tokenizer is None and hasattr(model, "known_tokenizer"):
+            tokenizer = kwargs["processing_class"] = model.known_tokenizer()
+        if tokenizer is not None and getattr(model, "_tokenizer", False) is None:
+            model.tokenizer = tokenizer  # saved with the model: its folder loads in sentence-transformers
+        dataset = kwargs.get("train_dataset")
+        if getattr(dataset, "column_names", None) is not None:
+            self.check_columns(dataset.column_names)
+        if kwargs.get("data_collator") is None and model is not None and dataset is not None:
+            if tokenizer is None:
+                raise DataError(f"{type(self).__name__}: no tokenizer to collate with; pass processing_class=tokenizer")
+            collator = kwargs["data_collator"] = self.default_collator(tokenizer, model)
+            seed = getattr(args, "data_seed", None)
+            collator.draws.seed = seed if seed is not None else getattr(args, "seed", collator.draws.seed)
+        if (args is not None and args.eval_strategy != IntervalStrategy.NO and sts_evaluator is None
+                and kwargs.get("eval_dataset") is None):
+            logger.warning("no sts_evaluator: evaluation (eval_strategy %s) is off and the last step's model is kept; "
+                           "pass sts_evaluator=STSEvaluator(data_dir, ['STSBenchmark'], 'dev') to select on STS-B "
+                           "dev", args.eval_strategy.value)
+            args = copy.copy(args)
+            args.eval_strategy, args.load_best_model_at_end = IntervalStrategy.NO, False
+            args.metric_for_best_model = None
+        return args
+
+    def _remove_unused_columns(self, dataset, description: Optional[str] = None):
+        """Every column is kept: the method's collator reads the texts (``sent0``, ...), not ``forward``'s inputs."""
+        return dataset
+
+    def _get_collator_with_removed_columns(self, data_collator, description: Optional[str] = None):
+        return data_collator
 
     @classmethod
     def negatives_per_anchor(cls, examples_per_step: int, columns: tuple) -> int:

@@ -12,7 +12,7 @@ from ..errors import DataError
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
 from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
-from ..preflight import check_model_inputs, load_tokenizer, read_model_config
+from ..preflight import check_model_inputs, is_csekit_model, load_tokenizer, read_model_config
 from ..st_folder import (
     describe_modules,
     is_st_folder,
@@ -102,7 +102,9 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
     if pooler is not None and pooler not in POOLER_TYPES:
         raise DataError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLER_TYPES)}")
     path = resolve_model_path(name_or_path, any_pipeline=pooler is None)
-    if is_st_folder(path) and pooler is None:  # scored as sentence-transformers computes it (csekit.st_folder)
+    if is_st_folder(path) and pooler is None and not is_csekit_model(path):
+        # another library's pipeline, scored as sentence-transformers computes it (csekit.st_folder); csekit's own
+        # folders (which carry those files too) are read by csekit's classes below
         return _load_st_folder(name_or_path, Path(path), max_length, batch_size, device)
     tokenizer = load_tokenizer(name_or_path, path)
     check_model_inputs(name_or_path, read_model_config(path), tokenizer, max_length, "--max-length")

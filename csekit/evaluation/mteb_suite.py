@@ -16,7 +16,6 @@ Results are kept under mteb's task names and dataset ids, apart from the SentEva
 numbers.
 """
 
-import json
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence
@@ -24,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import DataError
+from ..preflight import is_csekit_model
 
 
 def _require_mteb():
@@ -61,8 +61,7 @@ def model_meta(model_name: str, path: str):
     name = hub_id_of(model_name) or pushed.get("name") or f"csekit/{Path(model_name.rstrip('/')).name}"
     snapshot = snapshot_of(folder)
     revision = snapshot[1] if snapshot else model_revision(folder).partition(":")[2][:40]
-    config = folder / "config.json"
-    if config.is_file() and json.loads(config.read_text()).get("model_type", "").startswith("csekit-"):
+    if is_csekit_model(folder):
         from ..publishing.mteb_meta import model_meta_record
 
         return ModelMeta.model_validate(model_meta_record(folder, repo_id=None if local else model_name, name=name,

@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..data import resolve_data_dir
 from ..errors import DataError
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -147,7 +148,8 @@ class STSEvaluator:
     """Spearman x100 of cosine similarity on STS tasks; the same code scores test sets and selects checkpoints.
 
     Args:
-        data_dir: folder containing ``senteval/downstream``.
+        data_dir: folder containing ``senteval/downstream``; ``None``: the data folder the commands use
+            ([`resolve_data_dir`][csekit.data.resolve_data_dir]).
         tasks: subset of [`STS_TASKS`][csekit.evaluation.sts.STS_TASKS].
         split: ``"test"`` (reporting) or ``"dev"`` (STS-B dev / SICK-R trial, for model selection).
 
@@ -169,6 +171,8 @@ class STSEvaluator:
         self.tasks = tuple(tasks)
         self.split = split
         self.aggregation = aggregation
+        if data_dir is None:  # CSEKIT_DATA_DIR or the folder `csekit download` fills, as the commands find it
+            data_dir = resolve_data_dir()
         self.pairs = {task: load_sts_task(data_dir, task, split) for task in self.tasks}
 
     def as_dataset(self):

@@ -32,7 +32,7 @@ import numpy as np
 from ..atomic import staged_folder, work_folder, write_json
 from ..errors import DataError
 from ..loading import resolve_model_path
-from ..preflight import check_output_dir, read_model_config
+from ..preflight import check_output_dir, is_csekit_model
 from .st_export import PROBE_SENTENCES
 
 GRAPH_FILE = "model.onnx"
@@ -93,7 +93,7 @@ def load_sentence_transformer(model: str):
     path = Path(resolve_model_path(model))
     if not (path / "modules.json").is_file():
         reason = ("its inference (a multi-layer pooler or whitening) is not sentence-transformers modules"
-                  if str(read_model_config(path).get("model_type", "")).startswith("csekit-")
+                  if is_csekit_model(path)
                   else "its pooling is not recorded")
         raise DataError(f"{model}: no sentence-transformers modules (modules.json): {reason}; export-onnx exports "
                         "a folder SentenceTransformer loads as it is")

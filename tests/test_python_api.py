@@ -1,0 +1,214 @@
+"""The Python path (docs/python.md): every method's trainer built from a ``datasets.Dataset`` as a sentence-transformers
+user builds a trainer, its saved folder loaded by ``SentenceTransformer``; the page's snippets run as printed."""
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib import import_module
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import BertModel, TrainingArguments
+
+from conftest import REPO_ROOT, masked_lm_beside, tiny_bert_config
+from csekit.errors import DataError
+from csekit.methods import METHODS
+from csekit.paper_configs import paper_configs
+from csekit.trainers import ContrastiveTrainer
+from fake_hub import build_hub_cache
+
+PAGE = REPO_ROOT / "docs" / "python.md"
+SENTENCE = "A man is playing a guitar."
+# the methods whose trainer is a transformers Trainer (CLSR's is its own loop: from_dataset, tested below)
+TRAINER_METHODS = [method for method in METHODS.values() if issubclass(method.trainer_class, ContrastiveTrainer)]
+
+
+def page_snippets() -> dict:
+    """``{method title: [python snippets]}`` of the page's "Every method" section, in order."""
+    section = PAGE.read_text().split("## Every method", 1)[1]
+    snippets = {}
+    for block in re.split(r"^### ", section, flags=re.M)[1:]:
+        title = block.splitlines()[0].strip()
+        snippets[title] = re.findall(r"```python\n(.*?)```", block, flags=re.S)
+    return snippets
+
+
+def literal_keywords(snippet: str) -> dict:
+    """Every ``name=<literal>`` keyword argument of the snippet's calls."""
+    values = {}
+    for node in ast.walk(ast.parse(snippet)):
+        if isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                try:
+                    values[keyword.arg] = ast.literal_eval(keyword.value)
+                except ValueError:
+                    pass
+    return values
+
+
+def test_the_page_has_a_snippet_for_every_registered_method():
+    assert set(page_snippets()) == {method.title for method in METHODS.values()}
+    assert all(snippets for snippets in page_snippets().values())
+
+
+def test_each_methods_first_snippet_sets_its_papers_values():
+    """A value a snippet spells out for a setting of the method's BERT-base paper row is that row's value."""
+    rows = {config.name: config.settings for config in paper_configs()}
+    for method in METHODS.values():
+        settings = rows[f"{method.name}_bert_base"]
+        given = literal_keywords(page_snippets()[method.title][0])
+        shared = {key: value for key, value in given.items() if key in settings}
+        assert shared and shared == {key: settings[key] for key in shared}, (method.name, shared)
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory, tokenizer) -> Path:
+    """A Hugging Face cache holding the page's ids: ``bert-base-uncased`` a seeded 12-layer, hidden-32 BERT (every
+    method's default layer counts fit it) and ``distilbert-base-uncased`` a masked LM with its vocabulary (DiffCSE's
+    generator), each with the MiniLM tokenizer (bert-base-uncased's vocabulary)."""
+    root = tmp_path_factory.mktemp("python_api")
+    backbone = root / "bert"
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(num_hidden_layers=12, max_position_embeddings=512), add_pooling_layer=False
+              ).save_pretrained(backbone)
+    tokenizer.save_pretrained(backbone)
+    cache = root / "hub"
+    build_hub_cache(cache, "bert-base-uncased", backbone)
+    build_hub_cache(cache, "distilbert-base-uncased", masked_lm_beside(backbone))
+    return cache
+
+
+def write_page_data(folder: Path) -> None:
+    """The page's files, small: 128 sentences, 600 NLI triplets (CLSR's batch is 512 pairs)."""
+    (folder / "wiki1m_for_simcse.txt").write_text("".join(
+        f"sentence {i} tells of the {['red', 'old', 'quiet', 'bright'][i % 4]} harbour {i * 7}\n" for i in range(128)))
+    (folder / "nli_for_simcse.csv").write_text("sent0,sent1,hard_neg\n" + "".join(
+        f"a traveller reads map {i},someone holds map {i},nobody saw map {i}\n" for i in range(600)))
+
+
+RUN_SNIPPETS = """
+import json, sys
+import numpy as np
+import csekit
+from transformers import AutoModel
+
+results = {}
+for title, snippet, folder in json.loads(sys.stdin.read()):
+    namespace = {}
+    exec(compile(snippet, title, "exec"), namespace)
+    expected = AutoModel.from_pretrained(folder).encode([%r])
+    results.setdefault(title, []).append(float(np.abs(namespace["embeddings"] - np.asarray(expected)).max()))
+print(json.dumps(results))
+""" % SENTENCE
+
+
+def test_every_snippet_runs_as_printed_and_its_folder_loads_in_sentence_transformers(hub_cache, tmp_path, data_dir):
+    """Each snippet trains its method from the page's files, saves, and ``SentenceTransformer(folder).encode`` gives
+    csekit's vectors of the saved model (float32 rounding)."""
+    write_page_data(tmp_path)
+    # as printed, but for CLSR's 2000 epochs (its paper's), run as 20: the same loop, in 2 s instead of 3 minutes
+    runs = [(title, snippet.replace("num_train_epochs=2000", "num_train_epochs=20"),
+             re.search(r'(?:save_model|save_pretrained)\("([^"]+)"\)', snippet).group(1))
+            for title, snippets in page_snippets().items() for snippet in snippets]
+    assert sum("num_train_epochs=2000" in snippet for snippets in page_snippets().values() for snippet in snippets) == 1
+    env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1", "CSEKIT_DATA_DIR": str(data_dir),
+           "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache"), "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run([sys.executable, "-c", RUN_SNIPPETS], input=json.dumps(runs), cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    differences = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(differences) == {method.title for method in METHODS.values()}
+    assert all(value < 1e-5 for values in differences.values() for value in values), differences
+    for _, _, folder in runs:
+        assert (tmp_path / folder / "modules.json").is_file() and (tmp_path / folder / "tokenizer.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------------ what a trainer takes
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory, tokenizer) -> Path:
+    from conftest import save_tiny_backbone
+
+    return save_tiny_backbone(tmp_path_factory.mktemp("python_api_backbone"), tokenizer)
+
+
+def trainer_for(method, backbone: Path, output_dir: Path, **trainer_kwargs):
+    """``method``'s trainer on the tiny backbone with the registry's test settings (``test_flags``, read as the
+    recipe reads them), 2 steps of 8 examples."""
+    from conftest import recipe_flags
+    from csekit.trainers.arguments import config_kwargs
+
+    recipe = import_module(f"csekit.recipes.{method.name}").RECIPE
+    model_args = recipe.parse(["--model_name_or_path", str(backbone), *recipe_flags(method, backbone)])[0]
+    model = method.training_model_class.from_encoder(str(backbone), **config_kwargs(model_args, method.config_class))
+    args = TrainingArguments(output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=2, report_to="none",
+                             use_cpu=True, save_strategy="no")
+    return method.trainer_class(model=model, args=args, **trainer_kwargs)
+
+
+@pytest.mark.parametrize("method", TRAINER_METHODS, ids=lambda method: method.name)
+def test_a_trainer_from_a_dataset_alone_trains_and_saves_a_folder_sentence_transformers_loads(method, backbone,
+                                                                                               tmp_path):
+    """No collator, no tokenizer, no column setting: the method's own; ``save_pretrained`` of the trained model writes
+    the same whole folder."""
+    from sentence_transformers import SentenceTransformer
+
+    sentences = [f"sentence {i} about the {['red', 'old'][i % 2]} harbour" for i in range(32)]
+    trainer = trainer_for(method, backbone, tmp_path / "run", train_dataset=Dataset.from_dict({"sent0": sentences}))
+    assert type(trainer.data_collator).__module__.startswith("csekit.trainers")
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    published = trainer.model.sentence_encoder() if hasattr(trainer.model, "sentence_encoder") else trainer.model
+    published.save_pretrained(tmp_path / "pretrained")
+    expected = published.eval().encode([SENTENCE])
+    for folder in ("saved", "pretrained"):
+        vectors = SentenceTransformer(str(tmp_path / folder), device="cpu").encode([SENTENCE])
+        assert abs(vectors - expected).max() < 1e-5, folder
+
+
+def test_a_trainer_refuses_data_without_the_methods_columns_and_turns_off_evaluation_it_cannot_run(backbone,
+                                                                                                    tmp_path, caplog):
+    from csekit.methods import get_method
+    from csekit.trainers import CSETrainingArguments
+
+    cmlm = get_method("cmlm_cse")
+    with pytest.raises(DataError, match=r"train_dataset: columns sent0,sent1, but CMLMCSETrainer trains on sent0"):
+        trainer_for(cmlm, backbone, tmp_path, train_dataset=Dataset.from_dict({"sent0": ["a"], "sent1": ["b"]}))
+    simcse = get_method("simcse")
+    model = simcse.training_model_class.from_encoder(str(backbone))
+    args = CSETrainingArguments(output_dir=str(tmp_path / "run"), use_cpu=True, report_to="none")
+    trainer = simcse.trainer_class(model=model, args=args, train_dataset=Dataset.from_dict({"sent0": ["a", "b"]}))
+    assert trainer.args.eval_strategy == "no" and not trainer.args.load_best_model_at_end
+    assert args.eval_strategy == "steps"  # the caller's arguments are left as they were
+    assert "no sts_evaluator" in caplog.text
+
+
+def test_a_model_that_knows_no_tokenizer_is_refused_before_anything_is_written(tmp_path):
+    from csekit.modeling import SimCSEConfig, SimCSEModel
+
+    model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config().to_dict()))
+    with pytest.raises(ValueError, match=r"no tokenizer to save beside the weights.*set model.tokenizer"):
+        model.save_pretrained(tmp_path / "model")
+    assert not (tmp_path / "model").exists()
+
+
+def test_clsr_from_a_dataset_drops_pairs_touching_a_held_out_sentence(backbone, data_dir):
+    from csekit.evaluation.sts import load_sts_task
+    from csekit.methods import get_method
+    from csekit.trainers import CLSRTrainingArguments
+
+    clsr = get_method("clsr")
+    model = clsr.training_model_class.from_encoder(str(backbone), pooler_type="avg")
+    test_sentence = load_sts_task(data_dir, "STS12").sentences1[0]
+    pairs = {"sent0": [f"pair {i} one" for i in range(5)] + [test_sentence],
+             "sent1": [f"pair {i} two" for i in range(5)] + ["a partner"]}
+    args = CLSRTrainingArguments(output_dir="unused", per_device_train_batch_size=4, num_train_epochs=1,
+                                 warmup_epochs=0)
+    trainer = clsr.trainer_class.from_dataset(model, args, Dataset.from_dict(pairs))
+    assert len(trainer.corpus.pairs) == 5 and test_sentence not in trainer.corpus.sentences
+    with pytest.raises(DataError, match="CLSR trains on positive pairs, sent0,sent1"):
+        clsr.trainer_class.from_dataset(model, args, Dataset.from_dict({"sent0": ["a"]}))
