@@ -67,3 +67,36 @@ def running(pid: int) -> bool:
         return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return False
+
+
+def test_the_lower_bounds_pass_keeps_each_test_once_per_kind_of_training_loop():
+    """The rule of the lower-bounds pass (``conftest.lower_bounds_case``): a test over the methods keeps its first
+    Trainer-based method and its first own-loop method for each setting of its other parameters; every other test
+    runs whole."""
+    from types import SimpleNamespace
+
+    from conftest import lower_bounds_case
+    from csekit.methods import METHODS
+
+    def case(method, **params):
+        return SimpleNamespace(nodeid=f"t.py::test[{method}]", module=SimpleNamespace(__name__="t"),
+                               originalname="test", callspec=SimpleNamespace(params={"method": method, **params}))
+
+    names = list(METHODS)
+    keys = {name: lower_bounds_case(case(name)) for name in names}
+    loops = {key[-1] for key in keys.values()}
+    assert loops == {True, False} and len(set(keys.values())) == 2  # one Trainer loop, one own loop
+    assert lower_bounds_case(case(names[0], chunks="cached")) != lower_bounds_case(case(names[0], chunks="tokens"))
+    plain = SimpleNamespace(nodeid="t.py::test_plain", callspec=SimpleNamespace(params={"name": "not-a-method"}))
+    assert lower_bounds_case(plain) == ("t.py::test_plain",)
+
+
+def test_readme_states_the_suites_size(request):
+    """README's "The suite has N tests" is the number collected, when the whole suite is (no path, -k or -m)."""
+    from conftest import COLLECTED
+
+    option = request.config.option
+    if request.config.args_source != pytest.Config.ArgsSource.TESTPATHS or option.keyword or option.markexpr:
+        pytest.skip("only a run of the whole suite knows its size")
+    stated = re.search(r"The suite has ([\d,]+) tests", (REPO_ROOT / "README.md").read_text()).group(1)
+    assert int(stated.replace(",", "")) == request.config.stash[COLLECTED]
