@@ -308,13 +308,8 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
     entries = sorted(path for path in staging.iterdir() if path.name != marker)
     if not (staging / marker).is_file():
         raise FileNotFoundError(f"{staging / marker}: the staged folder lacks its commit record")
-    mode = default_mode()
-    for path in [*entries, staging / marker, *(inner for entry in entries if entry.is_dir()
-                                                 for inner in entry.rglob("*"))]:
-        if path.is_file():
-            os.chmod(path, mode)  # every file of the model alike (a writer's temporary file may have been 0o600)
-            with open(path, "rb") as stream:
-                os.fsync(stream.fileno())
+    settle_files([*entries, staging / marker, *(inner for entry in entries if entry.is_dir()
+                                                for inner in entry.rglob("*"))])
     destination.mkdir(parents=True, exist_ok=True)
     if (destination / marker).exists():
         os.remove(destination / marker)
@@ -323,14 +318,28 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
         if path.is_dir() and target.is_dir():
             shutil.rmtree(target)
         os.replace(path, target)
-    new = {path.name for path in entries}
-    for path in sorted(destination.iterdir()):
-        stale = path.name not in new and path.name != marker and not path.name.startswith(".")
-        if path.is_file() and stale and any(fnmatch.fnmatch(path.name, pattern) for pattern in owned):
-            os.remove(path)
+    remove_stale(destination, {path.name for path in entries} | {marker}, owned)
     os.replace(staging / marker, destination / marker)
     shutil.rmtree(staging, ignore_errors=True)
     return destination
+
+
+def settle_files(paths) -> None:
+    """Give each file of ``paths`` the default mode (a writer's temporary file may have been 0o600) and fsync it."""
+    mode = default_mode()
+    for path in paths:
+        if path.is_file():
+            os.chmod(path, mode)
+            with open(path, "rb") as stream:
+                os.fsync(stream.fileno())
+
+
+def remove_stale(destination: Path, kept: set, owned) -> None:
+    """Remove ``destination``'s top-level files not in ``kept`` that match ``owned``'s patterns (hidden ones stay)."""
+    for path in sorted(destination.iterdir()):
+        stale = path.name not in kept and not path.name.startswith(".")
+        if path.is_file() and stale and any(fnmatch.fnmatch(path.name, pattern) for pattern in owned):
+            os.remove(path)
 
 
 __all__ = [

@@ -261,29 +261,37 @@ def yaml_value(parser: argparse.ArgumentParser, dataclass_types: tuple, path: Pa
     if action is None:
         return value
     if value is None:
-        # the class annotations: HfArgumentParser rewrites Field.type (Optional[X] becomes X) when it builds flags
-        annotation = next((str(hints[key]) for hints in map(typing.get_type_hints, dataclass_types) if key in hints),
-                          "")
-        if "None" not in annotation and "Optional" not in annotation:  # a flag that always has a value
-            parser.error(f"--config {path}: {key}: null, but it takes a value (default {action.default}); remove the "
-                         "line to keep the default")
+        check_yaml_null(parser, dataclass_types, path, key, action)
         return value
     many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
     items = value if many and isinstance(value, list) else [value]
     if (not many and isinstance(value, list)) or any(isinstance(item, (list, dict)) for item in items):
         parser.error(f"--config {path}: {key}: expected {'values' if many else 'one value'}, got a "
                      f"{type(value).__name__}")
-    converted = []
-    for item in items:
-        text = str(item).lower() if isinstance(item, bool) else str(item)
-        try:
-            converted.append(action.type(text) if action.type is not None else item)
-        except (TypeError, ValueError, argparse.ArgumentTypeError):
-            parser.error(f"--config {path}: {key}: invalid value {item!r}")
-        if action.choices is not None and converted[-1] not in action.choices:
-            parser.error(f"--config {path}: {key}: invalid choice {item!r} (choose from "
-                         f"{', '.join(map(str, action.choices))})")
+    converted = [yaml_item(parser, path, key, action, item) for item in items]
     return converted if many else converted[0]
+
+
+def check_yaml_null(parser: argparse.ArgumentParser, dataclass_types: tuple, path: Path, key: str, action) -> None:
+    """A YAML ``null`` is taken only by a flag whose annotation allows ``None``; otherwise one line."""
+    # the class annotations: HfArgumentParser rewrites Field.type (Optional[X] becomes X) when it builds flags
+    annotation = next((str(hints[key]) for hints in map(typing.get_type_hints, dataclass_types) if key in hints), "")
+    if "None" not in annotation and "Optional" not in annotation:  # a flag that always has a value
+        parser.error(f"--config {path}: {key}: null, but it takes a value (default {action.default}); remove the "
+                     "line to keep the default")
+
+
+def yaml_item(parser: argparse.ArgumentParser, path: Path, key: str, action, item):
+    """One YAML value through the flag's type and choices, as its command-line text; else one line."""
+    text = str(item).lower() if isinstance(item, bool) else str(item)
+    try:
+        converted = action.type(text) if action.type is not None else item
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        parser.error(f"--config {path}: {key}: invalid value {item!r}")
+    if action.choices is not None and converted not in action.choices:
+        parser.error(f"--config {path}: {key}: invalid choice {item!r} (choose from "
+                     f"{', '.join(map(str, action.choices))})")
+    return converted
 
 
 def build_recipe_parser(dataclass_types: tuple, defaults: Optional[dict], description: Optional[str],
