@@ -209,3 +209,46 @@ def test_the_docs_lists_of_methods_taking_a_shared_flag_are_the_registrys():
     assert f"`--matryoshka_dims 256 128 64`.** For {matryoshka} (" in readme
     assert f"(`--mini_batch_size M`; {caching};" in training
     assert f"`--matryoshka_weights W1 W2 ...`; {matryoshka};" in training
+
+
+def overridden_hooks(cls) -> list:
+    """``(base class, name)`` of each method ``cls`` or a class between it and csekit's shared bases defines over a
+    method of those bases (``pool_tokens``, ``head``, ``compute_losses``, ``default_collator`` ...)."""
+    import inspect
+
+    from csekit.modeling.modeling_encoder import SentenceEncoderPreTrainedModel
+    from csekit.trainers.trainer import ContrastiveTrainer
+
+    shared = [base for base in (SentenceEncoderPreTrainedModel, ContrastiveTrainer) if issubclass(cls, base)]
+    hooks = []
+    for base in shared:
+        for klass in cls.__mro__[: cls.__mro__.index(base)]:
+            for name, value in vars(klass).items():
+                base_value = inspect.getattr_static(base, name, None)
+                function, base_function = getattr(value, "__func__", value), getattr(base_value, "__func__", base_value)
+                if callable(function) and callable(base_function) and not isinstance(function, type):
+                    hooks.append((klass, base, name))
+    return hooks
+
+
+@pytest.mark.parametrize("method", list(METHODS.values()), ids=lambda method: method.name)
+def test_every_override_of_a_shared_hook_takes_every_argument_the_base_passes(method):
+    """A base-class hook whose signature grows (``pool_tokens(..., encoder=)``) cannot leave a method's override
+    behind: each override accepts every parameter of the base's, by name, and requires no other."""
+    import inspect
+
+    hooks = [hook for cls in {method.model_class, method.training_model_class, method.trainer_class}
+             for hook in overridden_hooks(cls) if not hook[2].startswith("__")]
+    checked = 0
+    for klass, base, name in hooks:
+        ours = inspect.signature(getattr(klass, name))
+        theirs = inspect.signature(getattr(base, name))
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in ours.parameters.values())
+        missing = [p for p in theirs.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                   and p.name not in ours.parameters and not takes_any]
+        extra = [p.name for p in ours.parameters.values() if p.default is p.empty
+                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in theirs.parameters]
+        assert not missing and not extra, (f"{klass.__name__}.{name} vs {base.__name__}.{name}: "
+                                           f"missing {[p.name for p in missing]}, extra required {extra}")
+        checked += 1
+    assert checked  # every method overrides at least one shared hook (its loss or its head)
