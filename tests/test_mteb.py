@@ -69,7 +69,8 @@ def test_mteb_stsbenchmark_equals_csekits_score_online_then_offline(saved_tiny_m
     assert abs(100 * task_result.get_score() - record["mteb"]["STSBenchmark"]) <= 0.01  # mteb keeps 5 digits
     meta = ModelMeta.model_validate(json.loads((tmp_path / task_file).with_name("model_meta.json").read_text()))
     assert (meta.name, meta.embed_dim, meta.similarity_fn_name) == (name, 32, "cosine")
-    assert meta.n_parameters == sum(t.numel() for t in load_file(saved_tiny_model / "model.safetensors").values())
+    weights = [load_file(path) for path in saved_tiny_model.rglob("*.safetensors")]  # the encoder/ module's too
+    assert meta.n_parameters == sum(t.numel() for tensors in weights for t in tensors.values())
     # MTEB's results keep MTEB's names and dataset ids, SentEval's keep SentEval's
     assert record["protocol"]["mteb"]["tasks"]["STSBenchmark"]["dataset"] == "mteb/stsbenchmark-sts"
     assert "STSBenchmark" in record["protocol"]["sts"]["tasks"]
