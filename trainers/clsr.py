@@ -257,7 +257,7 @@ class CLSRTrainer:
         [`STSEvaluator`][csekit.evaluation.sts.STSEvaluator] for model selection (STS-B dev). As the recipe does by
         default (``--test_overlap drop``), a pair with a sentence of an STS test or dev set (``data_dir``'s data
         folder: `held_out_sentences`) is dropped; the backbone's pooled vectors are computed here, once (the recipe
-        caches them on disk: [`EmbeddingCache`][csekit.trainers.embedding_cache.EmbeddingCache])."""
+        caches them on disk: ``csekit.trainers.EmbeddingCache``)."""
         columns = getattr(train_dataset, "column_names", None) or list(train_dataset)
         if not {"sent0", "sent1"} <= set(columns):
             raise DataError(f"train_dataset: columns {','.join(columns)}, but CLSR trains on positive pairs, "
