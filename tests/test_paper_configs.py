@@ -26,6 +26,7 @@ from csekit.methods import METHODS
 from csekit.paper_configs import paper_configs, read_paper_config, reproduce_table
 from csekit.trainers.arguments import configs_dir, shipped_configs
 from csekit.trainers.data import load_training_dataset
+from csekit.trainers.trainer import ContrastiveTrainer
 
 PAPER_DIR = REPO_ROOT / "recipes" / "configs" / "paper"
 BASE_HIDDEN = 768  # bert-base / roberta-base
@@ -132,13 +133,19 @@ def scaled_flags(values: dict) -> list:
     return flags
 
 
+def further_models(name: str) -> list:
+    """The config fields of ``name``'s YAML naming a further model (the method config's ``model_path_fields``)."""
+    config_class = METHODS[CONFIGS[name].recipe].config_class
+    return [field for field in getattr(config_class, "model_path_fields", {}) if field in read_yaml(name)]
+
+
 def build_contrastive(name, tiny, tmp_path, tokenizer, data_dir):
     module = import_module(f"csekit.recipes.{CONFIGS[name].recipe}")
     argv = ["--config", f"paper/{name}", "--model_name_or_path", str(tiny), "--output_dir", str(tmp_path / "out"),
             "--train_file", "wiki/wiki1m_for_simcse.txt", "--fp16", "false",  # fp16 needs a GPU
             *scaled_flags(read_yaml(name))]
-    if "generator_name_or_path" in read_yaml(name):  # DiffCSE's generator: the tiny masked LM stands in for it too
-        argv += ["--generator_name_or_path", str(tiny)]
+    for field in further_models(name):  # a further model the config names (a generator): the tiny masked LM
+        argv += [f"--{field}", str(tiny)]
     model_args, data_args, training_args, extra_args = module.RECIPE.parse(argv)
     assert training_args.per_device_train_batch_size == read_yaml(name)["per_device_train_batch_size"]
     model = module.RECIPE.build_model(str(tiny), model_args)
@@ -151,11 +158,11 @@ def build_contrastive(name, tiny, tmp_path, tokenizer, data_dir):
     )
 
 
-def build_clsr(name, tiny, tmp_path):
-    from csekit.trainers.clsr import CLSRTrainer
+def build_own_loop(name, tiny, tmp_path):
+    """The trainer of a method with its own loop (CLSR's: pairs of cached vectors) on one full batch of pairs."""
     from csekit.trainers.clsr_data import HeldOutSentences, PairCorpus
 
-    module = import_module("csekit.recipes.clsr")
+    module = import_module(f"csekit.recipes.{CONFIGS[name].recipe}")
     argv = ["--config", f"paper/{name}", "--model_name_or_path", str(tiny), "--output_dir", str(tmp_path / "out"),
             *scaled_flags(read_yaml(name))]
     model_args, backbone_args, _, training_args = module.RECIPE.parse(argv)
@@ -163,7 +170,7 @@ def build_clsr(name, tiny, tmp_path):
     pairs = torch.arange(2 * training_args.per_device_train_batch_size).view(-1, 2)  # one full batch of pairs
     corpus = PairCorpus([f"s{i}" for i in range(pairs.numel())], pairs)
     vectors = torch.randn(pairs.numel(), model.config.hidden_size)
-    return CLSRTrainer(model, training_args, vectors, corpus, HeldOutSentences({}))
+    return module.RECIPE.method.trainer_class(model, training_args, vectors, corpus, HeldOutSentences({}))
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -171,8 +178,8 @@ def test_config_builds_its_model_without_error_or_warning(name, tmp_path, tokeni
     model_name = read_yaml(name)["model_name_or_path"]
     tiny = save_tiny(tmp_path / "backbone", model_name, tokenizer)
     with caplog.at_level(logging.INFO, logger="csekit"):
-        if CONFIGS[name].recipe == "clsr":
-            trainer = build_clsr(name, tiny, tmp_path)
+        if not issubclass(METHODS[CONFIGS[name].recipe].trainer_class, ContrastiveTrainer):  # its own loop
+            trainer = build_own_loop(name, tiny, tmp_path)
         else:
             trainer = build_contrastive(name, tiny, tmp_path, tokenizer, data_dir)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("csekit")]
@@ -182,7 +189,8 @@ def test_config_builds_its_model_without_error_or_warning(name, tmp_path, tokeni
     expected = {k: v for k, v in CONFIGS[name].settings.items() if k in fields}
     expected.pop("representation_size", None)
     expected.pop("num_groups", None)
-    expected.pop("generator_name_or_path", None)  # the tiny stand-in (build_contrastive)
+    for field in further_models(name):  # the tiny stand-in (build_contrastive)
+        expected.pop(field)
     assert {k: getattr(config, k) for k in expected} == expected  # the YAML's values reached the model config
     if "num_groups" in CONFIGS[name].settings:  # the paper's 2 channels per group, fewer than the batch's sentences
         assert config.group_width == BASE_HIDDEN // CONFIGS[name].settings["num_groups"] == 2
