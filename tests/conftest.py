@@ -172,6 +172,7 @@ def pytest_collection_modifyitems(config, items):
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = kept
+        os.environ["CSEKIT_EVERY_CASE"] = "1"  # a pytest a test starts runs the cases it selects, all of them
 
 
 @pytest.fixture(autouse=True)
