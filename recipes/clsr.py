@@ -225,9 +225,8 @@ def run_clsr_training(folder: RunFolder, model, corpus, held_out, dev, test, sta
         return
     require_finite_weights(model, "the final model")
 
-    def save(staging):  # model, arguments and scores appear in output_dir together
+    def save(staging):  # model (tokenizer included), arguments and scores appear in output_dir together
         model.save_pretrained(staging)
-        model.tokenizer.save_pretrained(staging)
 
     def score() -> tuple:
         record = {
