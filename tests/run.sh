@@ -21,5 +21,8 @@ fi
 if [ -z "${CSEKIT_BERT_TOKENIZER+set}" ] && [ -d ../shared/models/bert-base-uncased-tokenizer ]; then
     export CSEKIT_BERT_TOKENIZER="$(cd ../shared/models/bert-base-uncased-tokenizer && pwd)"  # the extraction paper's rows
 fi
-# two worker processes (pytest-xdist): most tests wait on interpreters they start; pass -n 0 to run in one process
+# two worker processes (pytest-xdist): most tests wait on interpreters they start; pass -n 0 to run in one process.
+# One torch thread per process: two workers that each take both cores with tiny ops oversubscribe them
+# (tests/test_pytorch_logreg.py with -n 2 on the 2-core machine: 62 s at one thread, 84 s at two)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 HF_HUB_OFFLINE=1 python3 -m pytest -n 2 "$@"
