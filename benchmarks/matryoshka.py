@@ -31,8 +31,8 @@ VARIANTS = ("plain", "matryoshka")
 def scores_by_size(model: str, sizes: list, data_dir: str) -> dict:
     """``{size: 7-task STS average}`` for ``model``'s vectors cut to each size (the full size first)."""
     from csekit.evaluation.encoders import load_embedder
+    from csekit.evaluation.run_scores import encoded_once, scores_at_sizes
     from csekit.evaluation.sts import STS_TASKS, STSEvaluator
-    from csekit.trainers.runner import encoded_once, scores_at_sizes
 
     embed, info = load_embedder(model, batch_size=128)
     scores = scores_at_sizes(STSEvaluator(data_dir, STS_TASKS, split="test"), encoded_once(embed),

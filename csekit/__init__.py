@@ -10,8 +10,9 @@ transformers' Auto classes are imported (`csekit.auto_registration`), and every 
 use (PEP 562), so the ``csekit`` command line starts in a fraction of a second.
 
 Sub-packages: ``csekit.modeling`` (configs, models, poolers, losses), ``csekit.trainers`` (one Trainer per method,
-the recipe runner), ``csekit.recipes`` (``accelerate launch -m csekit.recipes.simcse``), ``csekit.evaluation``,
-``csekit.extraction``, ``csekit.publishing``, and the ``csekit`` command line (``csekit.cli``).
+the training stages of a run), ``csekit.recipes`` (``accelerate launch -m csekit.recipes.simcse``),
+``csekit.evaluation``, ``csekit.extraction``, ``csekit.publishing``, ``csekit.recipe_run`` (a recipe's run, stage by
+stage) and the ``csekit`` command line (``csekit.cli``).
 """
 
 from importlib import import_module

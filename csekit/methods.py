@@ -185,6 +185,35 @@ def method_table(link: str) -> str:
     return "\n".join(lines)
 
 
+def _takes_matryoshka(method: Method) -> bool:
+    config = method.config_class
+    return "matryoshka_dims" in vars(config()) and "matryoshka_dims" not in getattr(config, "fields_without_flags", ())
+
+
+def flag_table() -> str:
+    """The Markdown table of which registered method takes each shared training flag (the docs' training page), read
+    from each entry's capabilities and its config's fields (imports the configs)."""
+    def mark(value: bool) -> str:
+        return "yes" if value else "no"
+
+    lines = ["| method | `--matryoshka_dims` | `--mini_batch_size`, `--mini_batch_tokens` | packed batches "
+             "(`--padding_free`) | `--bf16`, `--fp16` | N processes (`accelerate launch`) |",
+             "|---|---|---|---|---|---|"]
+    for method in METHODS.values():
+        processes = ("train what one process trains with the whole batch" if method.one_process is not None else
+                     "each process normalises its own batch, as the authors' code under DDP")
+        lines.append(f"| {method.title} | {mark(_takes_matryoshka(method))} | {mark(method.gradient_caching)} | "
+                     f"{mark(method.packing)} | {mark(method.mixed_precision)} | {processes} |")
+    return "\n".join(lines)
+
+
+def titles_taking(columns: tuple) -> str:
+    """The titles of the registered methods whose trainer trains on data with ``columns`` (``("sent0", "sent1")``;
+    the trainer's ``data_columns``), comma-separated (imports the trainers)."""
+    return ", ".join(method.title for method in METHODS.values()
+                     if tuple(columns) in getattr(method.trainer_class, "data_columns", ()))
+
+
 # ------------------------------------------------------------------------------------------------ the methods
 register(Method(
     name="simcse",
@@ -307,5 +336,5 @@ register(Method(
     test_data="pairs",
 ))
 
-__all__ = ["METHODS", "Method", "OneProcess", "classes_in", "get_method", "load_object", "method_of_model_type",
-           "method_table", "register"]
+__all__ = ["METHODS", "Method", "OneProcess", "classes_in", "flag_table", "get_method", "load_object",
+           "method_of_model_type", "method_table", "register", "titles_taking"]

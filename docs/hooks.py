@@ -27,7 +27,8 @@ except ImportError:  # docs/check_site.py reads API_MODULES here where mkdocs is
         return lambda function: function
 
 log = logging.getLogger("mkdocs.plugins.csekit")
-API_MODULES = ("csekit.methods", "csekit.trainers.runner", "csekit.trainers.augmentations",
+API_MODULES = ("csekit.methods", "csekit.trainers.runner", "csekit.recipe_run", "csekit.evaluation.run_scores",
+               "csekit.trainers.augmentations",
                "csekit.trainers.arguments", "csekit.trainers.trainer", "csekit.modeling.modeling_encoder",
                "csekit.evaluation.sts", "csekit.evaluation.encoders", "csekit.publishing.model_card",
                "csekit.publishing.hub", "csekit.publishing.onnx_export", "csekit.evaluation.score_cache",
@@ -56,6 +57,16 @@ def on_config(config):
                      isinstance(item, dict)]
             entry["Methods"] = pages + [item for item in extra if not isinstance(item, str)]
     return config
+
+
+METHODS_TAKING = re.compile(r"<!-- methods taking ([a-z_0-9,]+) -->")
+
+
+def methods_taking(columns: str) -> str:
+    """``<!-- methods taking sent0,sent1 -->``: the registered methods that train on data with those columns."""
+    from csekit.methods import titles_taking
+
+    return titles_taking(tuple(columns.split(",")))
 
 
 def method_api() -> str:
@@ -96,6 +107,11 @@ def on_page_markdown(markdown, page, config, files):
         from csekit.methods import method_table
 
         markdown = markdown.replace("<!-- method table -->", method_table("methods/"))
+    if "<!-- flag table -->" in markdown:
+        from csekit.methods import flag_table
+
+        markdown = markdown.replace("<!-- flag table -->", flag_table())
+    markdown = METHODS_TAKING.sub(lambda match: methods_taking(match.group(1)), markdown)
     if "<!-- method api -->" in markdown:
         markdown = markdown.replace("<!-- method api -->", method_api())
     return markdown

@@ -60,13 +60,14 @@ from csekit.preflight import (
     load_tokenizer,
     read_model_config,
 )
+from csekit.recipe_run import commit_run, main_guard
 from csekit.trainers.arguments import DataArguments, config_kwargs, model_arguments, parse_recipe_args, setup_record
 from csekit.trainers.clsr import CLSRTrainer, CLSRTrainingArguments, steps_as_epochs
 from csekit.trainers.clsr_data import build_pair_corpus, held_out_sentences, load_positive_pairs, require_full_batch
 from csekit.trainers.data import data_fingerprint
 from csekit.trainers.embedding_cache import EmbeddingCache
 from csekit.trainers.output_dir import RunFolder
-from csekit.trainers.runner import check_lengths, commit_run, main_guard
+from csekit.trainers.runner import check_lengths
 from csekit.trainers.trainer import require_finite_weights
 
 
@@ -107,7 +108,7 @@ class CLSRDataArguments(DataArguments):
 class CLSRRecipe:
     """CLSR's recipe: a head trained on cached vectors of a frozen encoder (this module's docstring says how). It has
     the contrastive recipes' shape (``argument_types``, ``parse``, ``build_model``, ``main``) and their end of run
-    ([`commit_run`][csekit.trainers.runner.commit_run]); its training loop is
+    ([`commit_run`][csekit.recipe_run.commit_run]); its training loop is
     [`CLSRTrainer`][csekit.trainers.clsr.CLSRTrainer],
     not a ``Trainer``."""
 

@@ -22,9 +22,9 @@ The paper's ablations are flags:
 """
 
 from csekit.methods import get_method
+from csekit.recipe_run import ContrastiveRecipe, main_guard
 from csekit.trainers.augmentations import AugmentationArguments, contrastive_augmentation
 from csekit.trainers.cmlm_cse import CMLMCSECollator
-from csekit.trainers.runner import ContrastiveRecipe, main_guard
 
 
 def make_collator(tokenizer, model, data_args, augmentation: AugmentationArguments) -> CMLMCSECollator:

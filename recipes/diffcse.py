@@ -14,7 +14,7 @@ discriminator and its head.
 """
 
 from csekit.methods import get_method
-from csekit.trainers.runner import ContrastiveRecipe, main_guard
+from csekit.recipe_run import ContrastiveRecipe, main_guard
 
 RECIPE = ContrastiveRecipe(get_method("diffcse"), description=__doc__)
 main = RECIPE.main

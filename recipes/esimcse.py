@@ -15,7 +15,7 @@ subwords), --queue_size (0: without momentum contrast), --momentum.
 """
 
 from csekit.methods import get_method
-from csekit.trainers.runner import ContrastiveRecipe, main_guard
+from csekit.recipe_run import ContrastiveRecipe, main_guard
 
 RECIPE = ContrastiveRecipe(get_method("esimcse"), description=__doc__)
 main = RECIPE.main

@@ -9,7 +9,7 @@ A .csv train file (sent0,sent1[,hard_neg]) switches to supervised SimCSE.
 """
 
 from csekit.methods import get_method
-from csekit.trainers.runner import ContrastiveRecipe, main_guard
+from csekit.recipe_run import ContrastiveRecipe, main_guard
 
 RECIPE = ContrastiveRecipe(get_method("simcse"), description=__doc__)
 main = RECIPE.main

@@ -18,7 +18,7 @@ The paper's ablations are flags:
 """
 
 from csekit.methods import get_method
-from csekit.trainers.runner import ContrastiveRecipe, main_guard
+from csekit.recipe_run import ContrastiveRecipe, main_guard
 
 RECIPE = ContrastiveRecipe(get_method("whitenedcse"), description=__doc__)
 main = RECIPE.main

@@ -30,7 +30,7 @@ from transformers import Trainer
 
 from csekit.errors import DataError
 from csekit.methods import get_method
-from csekit.trainers.runner import ContrastiveRecipe, run_recipe
+from csekit.recipe_run import ContrastiveRecipe, run_recipe
 
 
 class Record:

@@ -105,7 +105,7 @@ def train(method: Method, argv: list, trainer_class=None, model_hook=None) -> No
     if trainer_class is None and model_hook is None:
         recipe.main(argv)
         return
-    from csekit.trainers.runner import run_recipe
+    from csekit.recipe_run import run_recipe
 
     build_model = recipe.build_model
 

@@ -75,8 +75,8 @@ def test_every_model_argument_takes_a_cached_hub_id_offline(saved_tiny_model, hu
 
 
 def test_recipe_trains_from_a_cached_hub_id(tiny_backbone, hub_cache, tmp_path, data_dir):
+    from csekit.recipe_run import run_recipe
     from csekit.recipes.simcse import RECIPE
-    from csekit.trainers.runner import run_recipe
 
     build_hub_cache(hub_cache, "someone/tiny-bert", tiny_backbone)
     corpus = tmp_path / "c.txt"

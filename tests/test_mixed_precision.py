@@ -14,7 +14,7 @@ import torch
 from conftest import recipe_flags, record_output_dtypes
 from csekit.errors import DataError
 from csekit.modeling import losses
-from csekit.trainers.runner import run_recipe
+from csekit.recipe_run import run_recipe
 
 
 def train_recording(method: str, backbone: Path, corpus: Path, output_dir: Path, monkeypatch, *extra) -> dict:

@@ -21,8 +21,8 @@ from csekit.modeling import MODEL_CLASSES, SimCSEConfig, SimCSEModel
 from csekit.publishing.hub import files_to_push, push_to_hub
 from csekit.publishing.model_card import MODEL_CARDS_DIR, card_template, render_model_card, write_model_card
 from csekit.publishing.st_export import export_sentence_transformers
+from csekit.recipe_run import run_recipe
 from csekit.recipes.simcse import RECIPE
-from csekit.trainers.runner import run_recipe
 from csekit.trainers.simcse import SimCSETrainer
 
 SENTENCES = ["A cat sits on the mat.", "Markets rallied after the announcement of lower rates.", "hi", "Why?"]

@@ -212,3 +212,62 @@ def test_clsr_from_a_dataset_drops_pairs_touching_a_held_out_sentence(backbone, 
     assert len(trainer.corpus.pairs) == 5 and test_sentence not in trainer.corpus.sentences
     with pytest.raises(DataError, match="CLSR trains on positive pairs, sent0,sent1"):
         clsr.trainer_class.from_dataset(model, args, Dataset.from_dict({"sent0": ["a"]}))
+
+
+# ------------------------------------------------------------------------------------------------ a run's stages
+RUN_STAGES = r"""
+import json, sys
+from pathlib import Path
+from unittest import mock
+from csekit.methods import get_method
+from csekit.trainers.runner import (TrainingRecipe, batch_record, build_trainer, check_run, commit_model,
+                                    remove_checkpoints, train_run)
+
+backbone, corpus, out = sys.argv[1:4]
+recipe = TrainingRecipe(get_method("simcse"))
+model_args, data_args, training_args, extra = recipe.parse(
+    ["--model_name_or_path", backbone, "--train_file", corpus, "--output_dir", out, "--per_device_train_batch_size",
+     "8", "--max_steps", "2", "--eval_steps", "2", "--save_steps", "2", "--max_seq_length", "16", "--report_to",
+     "none"])
+run = check_run(recipe, model_args, data_args, training_args)
+trainer = build_trainer(recipe, run, model_args, data_args, training_args)
+run.folder.acquire(lock=True)
+train_run(trainer, run)
+folder = commit_model(run.folder, True, lambda staging: trainer.save_model(str(staging)), {"model_args": model_args})
+remove_checkpoints(run.folder, keep=False)
+run.folder.release()
+training_loaded = sorted(name for name in sys.modules if name.startswith(("csekit.publishing", "csekit.recipe_run")))
+
+import huggingface_hub.constants
+import csekit.recipe_run as stages
+from csekit.evaluation.run_scores import score_run
+
+record, table = score_run(trainer, run.test, model_args.model_name_or_path, run.model_path,
+                          batch_record(trainer, run.columns))
+stages.finish_run(folder, record, table, card={"repo_id": "someone/tiny", "data_dir": run.data_dir})
+huggingface_hub.constants.HF_HUB_OFFLINE = False
+api = mock.MagicMock()
+stages.HfApi = lambda token=None: api
+training_args.hub_model_id = "someone/tiny"
+stages.publish_run(folder, training_args)
+print(json.dumps({"training_loaded": training_loaded, "files": sorted(p.name for p in folder.iterdir()),
+                  "uploaded": api.upload_folder.call_args.kwargs["allow_patterns"],
+                  "repo": api.create_repo.call_args.args[0]}))
+"""
+
+
+def test_a_runs_stages_run_one_by_one_from_python_and_training_loads_no_publishing_code(tiny_backbone, corpus,
+                                                                                          tmp_path, data_dir):
+    """check, build, train and commit (csekit.trainers.runner) train and commit a loadable folder with no publishing
+    module loaded; then score, card and push (csekit.evaluation.run_scores, csekit.recipe_run) finish it."""
+    out = tmp_path / "out"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CSEKIT_DATA_DIR": str(data_dir), "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run([sys.executable, "-c", RUN_STAGES, str(tiny_backbone), str(corpus), str(out)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["training_loaded"] == []
+    assert {"config.json", "training_args.json", "modules.json", "eval_results.json", "README.md"} <= set(seen["files"])
+    assert not any(name.startswith("checkpoint-") for name in seen["files"])
+    assert "README.md" in seen["uploaded"] and "eval_results.json" in seen["uploaded"]
+    assert seen["repo"] == "someone/tiny"

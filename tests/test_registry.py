@@ -55,7 +55,7 @@ import csekit.modeling
 csekit.modeling.__path__.append({modeling!r})
 
 from csekit.methods import Method, register  # noqa: E402
-from csekit.trainers.runner import ContrastiveRecipe, main_guard  # noqa: E402
+from csekit.recipe_run import ContrastiveRecipe, main_guard  # noqa: E402
 from csekit.trainers.simcse import SimCSETrainer  # noqa: E402
 
 
@@ -196,19 +196,50 @@ def test_the_method_tables_are_the_registrys():
     assert "<!-- method table -->" in (REPO_ROOT / "docs" / "index.md").read_text()
 
 
-def test_the_docs_lists_of_methods_taking_a_shared_flag_are_the_registrys():
-    """Gradient caching (``Method.gradient_caching``) and Matryoshka sizes (a config with ``matryoshka_dims``): the
-    methods README and docs/training.md name for each flag are the registry's, in its order."""
-    from csekit.trainers.arguments import config_fields
+def test_which_method_takes_each_shared_flag_is_rendered_from_the_registry():
+    """docs/training.md's flag table and docs/own-data.md's data columns are placeholders the docs build fills from
+    the registry (docs/hooks.py); the table's cells are each method's: Matryoshka where its recipe has the flag,
+    gradient caching, packing and mixed precision from its capabilities, N processes from ``one_process``."""
+    import dataclasses
 
-    caching = ", ".join(method.title for method in METHODS.values() if method.gradient_caching)
-    matryoshka = ", ".join(method.title for method in METHODS.values()
-                           if "matryoshka_dims" in {field.name for field in config_fields(method.config_class)})
-    readme, training = (" ".join((REPO_ROOT / path).read_text().split()) for path in ("README.md", "docs/training.md"))
-    assert f"With `--mini_batch_size M` ({caching})" in readme
-    assert f"`--matryoshka_dims 256 128 64`.** For {matryoshka} (" in readme
-    assert f"(`--mini_batch_size M`; {caching};" in training
-    assert f"`--matryoshka_weights W1 W2 ...`; {matryoshka};" in training
+    from csekit.methods import flag_table, titles_taking
+    from csekit.trainers.arguments import model_arguments
+
+    assert "<!-- flag table -->" in (REPO_ROOT / "docs" / "training.md").read_text()
+    own_data = (REPO_ROOT / "docs" / "own-data.md").read_text()
+    assert all(f"<!-- methods taking {shape} -->" in own_data for shape in ("sent0", "sent0,sent1",
+                                                                            "sent0,sent1,hard_neg"))
+    rows = {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")[1:]
+            for line in flag_table().splitlines()[2:]}
+    assert list(rows) == [method.title for method in METHODS.values()]
+    for method in METHODS.values():
+        recipe_flags = ({field.name for field in dataclasses.fields(model_arguments(method.config_class))}
+                        if method.name != "clsr" else set(vars(method.recipe_module.RECIPE.argument_types()[0])))
+        matryoshka, caching, packing, precision, processes = rows[method.title]
+        assert matryoshka == ("yes" if "matryoshka_dims" in recipe_flags else "no"), method.name
+        assert (caching, packing, precision) == tuple("yes" if value else "no" for value in (
+            method.gradient_caching, method.packing, method.mixed_precision)), method.name
+        assert processes.startswith("train what one process") == (method.one_process is not None), method.name
+    assert titles_taking(("sent0", "sent1", "hard_neg")) == "SimCSE"
+
+
+def test_no_hand_kept_list_of_methods():
+    """No page, card, docstring or package description lists three or more registered methods by hand (such lists
+    went stale as methods were added): which method does what is rendered from the registry. docs/reproduce.md is
+    the exception: it says what each paper printed, a fact about those papers."""
+    import re
+
+    titles = sorted((method.title for method in METHODS.values()), key=len, reverse=True)
+    title = "(?:" + "|".join(map(re.escape, titles)) + r")(?:\s*\([^)]*\))?"
+    separator = r"(?:,\s+(?:and\s+)?|\s+and\s+|\s*/\s*)"
+    listing = re.compile(rf"(?<![\w-]){title}{separator}{title}{separator}{title}")
+    paths = [REPO_ROOT / "README.md", REPO_ROOT / "setup.cfg", *(REPO_ROOT / "docs").rglob("*.md"),
+             *(REPO_ROOT / "model_cards").glob("*.md"),
+             *(path for folder in ("csekit", "modeling", "trainers", "recipes")
+               for path in (REPO_ROOT / folder).rglob("*.py") if not path.is_symlink())]
+    found = [(path.relative_to(REPO_ROOT).as_posix(), match.group(0)) for path in paths
+             if path.name != "reproduce.md" for match in listing.finditer(path.read_text())]
+    assert not found, found
 
 
 def overridden_hooks(cls) -> list:

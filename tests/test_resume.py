@@ -22,7 +22,7 @@ import torch
 from transformers import TrainerCallback
 
 from conftest import REPO_ROOT, BoundedProcess, load_weights, recipe_flags, run_bounded
-from csekit.trainers.runner import run_recipe
+from csekit.recipe_run import run_recipe
 
 STEPS = 6
 
@@ -215,8 +215,10 @@ def test_a_kill_after_the_last_checkpoint_resumes_to_zero_steps_and_the_uninterr
     """A kill in the final commit or in the scoring after it leaves a checkpoint at the run's last step (and, once the
     commit is done, the trained model in the folder); resuming from it runs no step and ends with the uninterrupted
     run's model (the best STS-B dev checkpoint)."""
-    import csekit.trainers.runner as runner
+    import csekit.recipe_run
+    import csekit.trainers.runner
 
+    runner = csekit.recipe_run if stage == "score_run" else csekit.trainers.runner  # where the stage is looked up
     full, cut = tmp_path / "full", tmp_path / "cut"
     train(tiny_backbone, corpus, full)
     real = getattr(runner, stage)

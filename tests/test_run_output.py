@@ -47,7 +47,7 @@ def test_a_training_run_logged_to_a_file_has_a_few_lines_per_bar_each_naming_its
 
 def test_the_base_model_is_scored_once_per_revision_and_protocol(tiny_backbone, corpus, tmp_path, monkeypatch,
                                                                    score_cache, data_dir):
-    import csekit.trainers.runner as runner
+    import csekit.evaluation.run_scores as runner
 
     calls = []
     real = runner.load_embedder
@@ -102,7 +102,7 @@ def test_a_module_folder_modules_json_names_is_the_model_whatever_its_name(tiny_
 
 
 def test_a_cache_entry_is_used_only_when_its_inputs_and_scores_check_out(tiny_backbone, tmp_path, data_dir):
-    from csekit.trainers.runner import base_scores_valid
+    from csekit.evaluation.run_scores import base_scores_valid
 
     test = STSEvaluator(data_dir, STS_TASKS, split="test")
     cache, check = ScoreCache(tmp_path / "cache"), base_scores_valid(test)

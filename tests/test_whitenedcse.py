@@ -206,8 +206,8 @@ def test_config_rejects_bad_values(overrides, message):
 
 
 def test_recipe_reports_bad_config_as_one_line_error(minilm_path, capsys):
+    from csekit.recipe_run import main_guard
     from csekit.recipes.whitenedcse import RECIPE
-    from csekit.trainers.runner import main_guard
 
     def build(argv):
         RECIPE.build_model(str(minilm_path), RECIPE.parse(argv)[0])

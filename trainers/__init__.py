@@ -1,6 +1,6 @@
 """csekit training: the shared ``Trainer`` subclass, collators, training data, augmentations, the recipe's flags
-([`arguments`][csekit.trainers.arguments]) and run ([`runner`][csekit.trainers.runner]). Each method's trainer (and its
-other classes) is exported by name from
+([`arguments`][csekit.trainers.arguments]) and the training stages of a run ([`runner`][csekit.trainers.runner]).
+Each method's trainer (and its other classes) is exported by name from
 the method registry ([`csekit.methods.METHODS`][csekit.methods.METHODS]), imported on first use."""
 
 if __name__ != "csekit.trainers":  # the checkout's folder imported by its own name (repository root on sys.path)

@@ -232,6 +232,8 @@ class CLSRTrainer:
             arguments alone).
     """
 
+    data_columns = (("sent0", "sent1"),)  # positive pairs (a sent0,sent1 .csv or STS-B's pairs scored >= 4)
+
     def __init__(self, model, args: CLSRTrainingArguments, train_vectors: torch.Tensor, corpus: PairCorpus,
                  held_out: HeldOutSentences, dev_evaluator: Optional[CachedSTSEvaluator] = None,
                  is_main_process: bool = True, run_record: Optional[dict] = None):

@@ -1,16 +1,16 @@
-"""The run of a Trainer-based recipe: checks, data, model, Trainer, save, test scores, publish.
+"""The training stages of a recipe run: check, build, train, commit.
 
-Everything a run needs is checked before its first step ([`csekit.preflight`][csekit.preflight], the one-line
-[`RecipeArgumentParser`][csekit.trainers.arguments.RecipeArgumentParser], `RunFolder`,
-[`main_guard`][csekit.trainers.runner.main_guard]); the final model appears whole or not at all. ``recipes/simcse.py``
-is the smallest recipe.
+[`check_run`][csekit.trainers.runner.check_run] reads and checks every input before any work (with
+[`csekit.preflight`][csekit.preflight], the one-line
+[`RecipeArgumentParser`][csekit.trainers.arguments.RecipeArgumentParser] and `RunFolder`);
+[`build_trainer`][csekit.trainers.runner.build_trainer] makes the method's model, collator and Trainer;
+[`train_run`][csekit.trainers.runner.train_run] trains; [`commit_model`][csekit.trainers.runner.commit_model] makes
+the trained model appear in the output folder whole or not at all. Scoring, the card and the Hub push come after, in
+[`csekit.recipe_run`][csekit.recipe_run], which runs the stages in order: nothing here imports publishing code.
 """
 
-import contextlib
 import dataclasses
 import logging
-import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -18,17 +18,13 @@ from typing import Callable, Optional
 from huggingface_hub import constants
 from transformers import set_seed
 
-from ..atomic import commit_files, write_json
+from ..atomic import commit_files
 from ..data import resolve_data_dir
-from ..errors import DataError, report_errors
-from ..evaluation.encoders import load_embedder
+from ..errors import DataError
 from ..evaluation.geometry import GeometryEvaluator
-from ..evaluation.protocol import protocol_record
-from ..evaluation.score_cache import ScoreCache, key_of
-from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator, format_sts_table
-from ..loading import LOCAL_PATHS, RESULTS_FILE, hub_id_of, local_paths, resolve_model_path
+from ..evaluation.sts import DEV_TASKS, STS_TASKS, STSEvaluator
+from ..loading import resolve_model_path
 from ..methods import Method
-from ..modeling.encoding import encoding_label
 from ..preflight import (
     AUXILIARY_CHECKS,
     TRAIN_DATA,
@@ -36,11 +32,9 @@ from ..preflight import (
     check_not_an_input,
     check_resume,
     find_checkpoint,
-    is_csekit_model,
     load_tokenizer,
     read_model_config,
 )
-from ..st_folder import is_st_folder
 from .arguments import (
     ContrastiveDataArguments,
     CSETrainingArguments,
@@ -58,10 +52,11 @@ from .trainer import require_finite_weights
 logger = logging.getLogger(__name__)
 
 
-# ------------------------------------------------------------------------------------------------ the runner
 @dataclass
-class ContrastiveRecipe:
-    """A Trainer-based recipe (a method whose trainer is a transformers Trainer): a method and how its batches are made.
+class TrainingRecipe:
+    """What a Trainer-based recipe trains (a method whose trainer is a transformers Trainer): a method, its flags and
+    how its batches are made. The training stages take it; [`ContrastiveRecipe`][csekit.recipe_run.ContrastiveRecipe]
+    adds the whole run (``main``).
 
     Args:
         method: the registry entry ([`Method`][csekit.methods.Method]): the model trained (its config's fields are the
@@ -133,24 +128,6 @@ class ContrastiveRecipe:
             collator.pad_to_multiple_of = data_args.pad_to_multiple_of
         return collator
 
-    def main(self, argv: Optional[list] = None, prog: Optional[str] = None) -> dict:
-        """Parse ``argv`` and run the recipe ([`run_recipe`][csekit.trainers.runner.run_recipe]); returns the test
-        scores."""
-        model_args, data_args, training_args, extra_args = self.parse(argv, prog)
-        return run_recipe(self, model_args, data_args, training_args, extra_args)
-
-
-def training_curve(log_history: list, dev_task: str = DEV_TASKS[0]) -> list:
-    """``[{"step", "loss"?, "dev"?}]`` from the Trainer's ``log_history``: the logged training loss and the dev
-    score (``eval_<dev_task>``) per step, for the model card's curve."""
-    curve = {}
-    for entry in log_history:
-        values = {"loss": entry.get("loss"), "dev": entry.get(f"eval_{dev_task}")}
-        if entry.get("step") is not None and any(value is not None for value in values.values()):
-            point = curve.setdefault(entry["step"], {"step": entry["step"]})
-            point.update({key: float(value) for key, value in values.items() if value is not None})
-    return [curve[step] for step in sorted(curve)]
-
 
 def batch_record(trainer, columns: tuple) -> dict:
     """What one step of ``trainer`` learns from: the per-device batch, the processes, the accumulation, the
@@ -180,30 +157,6 @@ def describe_batch(record: dict) -> str:
             f"{' less masked duplicates' if record['duplicate_negatives'] == 'mask' else ''}")
 
 
-def encoded_once(embed: Callable[[list], object]) -> Callable[[list], object]:
-    """``embed`` that encodes a list of sentences once and returns the same vectors when asked for it again (the STS
-    test sentences, scored at each Matryoshka size)."""
-    last = {}
-
-    def encode(sentences: list):
-        key = tuple(sentences)
-        if key not in last:
-            last.clear()
-            last[key] = embed(sentences)
-        return last[key]
-
-    return encode
-
-
-def scores_at_sizes(test: STSEvaluator, encode: Callable[[list], object], sizes: list) -> dict:
-    """``{size: scores}``: ``test``'s scores of the first ``size`` coordinates of ``encode``'s vectors, at each size
-    (a Matryoshka size; ``csekit evaluate --truncate-dim`` scores one). Pass an
-    [`encoded_once`][csekit.trainers.runner.encoded_once] ``encode`` to
-    encode the sentences once for all sizes."""
-    return {size: test.evaluate(lambda sentences, size=size: encode(sentences)[:, :size])[test.aggregation]
-            for size in sizes}
-
-
 def check_lengths(model_args, model_path: str, tokenizer, **lengths) -> None:
     """Every length the run will feed the backbone fits its position embeddings and leaves room for a word
     ([`check_model_inputs`][csekit.preflight.check_model_inputs]): ``lengths`` (``max_seq_length=32``) and the
@@ -216,81 +169,6 @@ def check_lengths(model_args, model_path: str, tokenizer, **lengths) -> None:
             check_model_inputs(model_args.model_name_or_path, config, tokenizer, length, f"--{flag}")
 
 
-def base_representation(path, config) -> dict:
-    """How the card's base-model row scores the model training started from: a csekit or sentence-transformers
-    folder with its own representation (``{}``), a bare encoder with the trained model's (``config``'s pooler and
-    layers, less the trained head: ``cls`` reads the [CLS] state, ``cls_before_pooler``, never BERT's
-    ``pooler_output``), so both rows differ by training alone. ``path``: the base model's resolved folder."""
-    if is_st_folder(path) or is_csekit_model(path):
-        return {}
-    pooler = "cls_before_pooler" if config.pooler_type == "cls" else config.pooler_type
-    return {"pooler": pooler, **({"pooling_layers": list(config.pooling_layers)} if pooler == "layers" else {})}
-
-
-def base_scores_valid(test: STSEvaluator):
-    """The check of a cached base-model entry: ``test``'s tasks, each a finite Spearman x100, and a pooler name."""
-    tasks = {*test.tasks, "avg"}
-
-    def check(scores: dict) -> bool:
-        sts, pooler = scores.get("base_sts"), scores.get("base_pooler")
-        return (isinstance(sts, dict) and set(sts) == tasks and isinstance(pooler, str) and all(
-            type(value) in (int, float) and math.isfinite(value) and -100 <= value <= 100 for value in sts.values()))
-
-    return check
-
-
-def base_model_scores(name_or_path: str, path, test: STSEvaluator, representation: dict) -> dict:
-    """``{"base_sts", "base_pooler"}``: the STS test scores of the model training started from, scored with
-    ``representation`` ([`base_representation`][csekit.trainers.runner.base_representation]), for the card's row
-    beside the trained model's (``path``: its resolved folder). Kept in the score cache
-    ([ScoreCache][csekit.evaluation.score_cache.ScoreCache]) under the model's revision, the protocol and the
-    representation, so a second run from the same base does not score it again; an entry is used only when its inputs
-    and scores check out."""
-    cache = ScoreCache()
-    inputs = cache.inputs(path, test, **representation)
-    cached = cache.get(inputs, base_scores_valid(test))
-    if cached is not None:
-        logger.info("%s: its STS test scores come from the score cache (%s)", name_or_path,
-                    cache.path(key_of(inputs)))
-        return cached
-    embed, info = load_embedder(name_or_path, batch_size=128, **representation)
-    with encoding_label(f"Encoding {name_or_path} (base model) for the STS test sets"):
-        scores = {"base_sts": test.evaluate(embed)[test.aggregation], "base_pooler": info["pooler"]}
-    cache.put(inputs, scores)
-    return scores
-
-
-def finish_run(folder: Path, record: dict, table: Optional[str] = None, card: Optional[dict] = None) -> None:
-    """The end of every recipe, on the main process, once the trained model is committed to ``folder``: the test
-    record (``eval_results.json``) and, with ``card``
-    ([`write_model_card`][csekit.publishing.model_card.write_model_card]'s
-    ``repo_id`` and ``data_dir``), the model card (its figures, ``mteb_model_meta.json``, ``README.md`` last) are added
-    beside it, each file whole or not at all; then the test table is printed."""
-    write_json(folder / RESULTS_FILE, {**record, LOCAL_PATHS: local_paths(record)})
-    if card is not None and "sts" in record:  # a card needs the test scores (--do_test_eval)
-        from ..publishing.model_card import write_model_card
-
-        write_model_card(folder, repo_id=card.get("repo_id") or f"<your-namespace>/{folder.name}", figure="missing",
-                         data_dir=card.get("data_dir"))
-    if table:
-        print(table)
-
-
-@contextlib.contextmanager
-def scoring(folder: Path):
-    """The scoring of a committed model: whatever stops it (an error, Ctrl-C, a kill signal turned into an
-    exception) is logged with the commands that finish the folder, since the model is already in place."""
-    try:
-        yield
-    except BaseException:
-        logger.error("the scoring of the trained model did not finish; the model is in %s: score it with `csekit "
-                     "evaluate %s --output %s` and write its card with `csekit card %s`", folder, folder,
-                     folder / RESULTS_FILE, folder)
-        raise
-
-
-# ------------------------------------------------------------------------------------------------ the stages
-# run_recipe is check -> build -> train -> commit (save, score, finish_run) -> publish; CLSR's recipe shares commit_run.
 @dataclass
 class CheckedRun:
     """What [`check_run`][csekit.trainers.runner.check_run] established before any work: every input read and checked,
@@ -310,7 +188,7 @@ class CheckedRun:
     columns: tuple
 
 
-def check_run(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> CheckedRun:
+def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extra_args=None) -> CheckedRun:
     """Stage 1: the output folder, the resume target and its record, the evaluation data, the model with its
     tokenizer and lengths, the training data and what one step of it can learn from; one line for anything wrong."""
     publish = training_args.push_to_hub
@@ -374,7 +252,7 @@ def training_layout(padding_free: Optional[bool], training_args) -> tuple:
     return True, "the default on the CPU"
 
 
-def build_trainer(recipe: ContrastiveRecipe, run: CheckedRun, model_args, data_args, training_args, extra_args=None):
+def build_trainer(recipe: TrainingRecipe, run: CheckedRun, model_args, data_args, training_args, extra_args=None):
     """Stage 2: the training model on the checked backbone, its collator and the method's Trainer."""
     set_seed(training_args.seed)
     model = recipe.build_model(run.model_path, model_args)
@@ -398,43 +276,20 @@ def build_trainer(recipe: ContrastiveRecipe, run: CheckedRun, model_args, data_a
     return trainer
 
 
-def score_run(trainer, run: CheckedRun, model_args, training_args, batch: dict) -> tuple:
-    """Stage 4b, on the main process: ``(eval_results record, printed table)`` of the trained model on the STS test
-    sets beside its base model (``(None, None)`` without ``--do_test_eval``)."""
-    if run.test is None:
-        return None, None
-    model, test = trainer.model, run.test
-    encode = encoded_once(lambda sentences: model.eval().encode(sentences, batch_size=128))
-    with encoding_label(f"Encoding the trained model ({training_args.output_dir}) for the STS test sets"):
-        scores = test.evaluate(encode)
-    base = base_model_scores(model_args.model_name_or_path, run.model_path, test,
-                             base_representation(run.model_path, model.config))
-    record = {"model": training_args.output_dir, "base_model": hub_id_of(model_args.model_name_or_path),
-              "pooler": model.config.pooler_type, "sts": scores[test.aggregation],
-              "sts_aggregations": scores, "protocol": protocol_record(model.config.pooler_type, test),
-              "training_curve": training_curve(trainer.state.log_history), "batch": batch, **base}
-    if model.config.matryoshka_dims:  # the same vectors' first d coordinates, at every trained size
-        record["matryoshka_sts"] = {str(size): scores for size, scores in scores_at_sizes(
-            test, encode, sorted(model.config.matryoshka_dims, reverse=True)).items()}
-    table = format_sts_table({training_args.output_dir: record["sts"],
-                              f"{model_args.model_name_or_path} (base)": base["base_sts"]},
-                             title="STS test (Spearman x100)")
-    return record, table
+def train_run(trainer, run: CheckedRun) -> None:
+    """Stage 3: train (from ``run``'s checkpoint when it resumes); a final model with a non-finite weight stops the
+    run here, before anything is committed."""
+    trainer.train(resume_from_checkpoint=run.resume)
+    require_finite_weights(trainer.model, "the final model")
 
 
-def commit_run(folder: RunFolder, main: bool, save: Callable[[Path], None], score: Callable[[], tuple],
-               arguments: dict, card: dict, keep_checkpoints: bool) -> Optional[dict]:
-    """Stage 4, the end every recipe shares (Trainer-based and CLSR): ``save`` writes the trained model into the run's
+def commit_model(folder: RunFolder, main: bool, save: Callable[[Path], None], arguments: dict) -> Optional[Path]:
+    """Stage 4, shared by every recipe (Trainer-based and CLSR): ``save`` writes the trained model into the run's
     staging folder (on every process: a sharded state is gathered, one process writes); on the main process the
     run's argument groups (``training_args.json``) join it and it is committed into the output folder at once
     (``config.json`` last, [`csekit.atomic.commit_files`][csekit.atomic.commit_files]): the folder is a loadable model
-    from here on, and a
-    line says where. Then ``score`` gives ``(record, table)``, [`finish_run`][csekit.trainers.runner.finish_run] adds
-    scores and card, the
-    checkpoints go unless kept, and a last line names the folder and its card. A kill anywhere leaves the checkpoints,
-    from which ``--resume_from_checkpoint last`` trains no further step and ends here again; an interrupted scoring
-    says how to score the committed model ([`scoring`][csekit.trainers.runner.scoring]). Returns the record (``None``
-    off the main process)."""
+    from here on, and a line says where. Returns the folder (``None`` off the main process). A kill anywhere leaves
+    the checkpoints, from which ``--resume_from_checkpoint last`` trains no further step and commits again."""
     with folder.keeping_trained_model(main):
         save(folder.staging)
         if not main:
@@ -443,70 +298,15 @@ def commit_run(folder: RunFolder, main: bool, save: Callable[[Path], None], scor
         commit_files(folder.staging, folder.folder)
     where = folder.folder.resolve()
     logger.info("the trained model is in %s (it loads from there now; its scores and card follow)", where)
-    with scoring(where):
-        record, table = score()
-        if record is not None:
-            finish_run(where, record, table, card=card)
-    if not keep_checkpoints:
-        removed = folder.remove_checkpoints()
-        if removed:
-            logger.info("removed %s from %s (--keep_checkpoints true keeps them)", ", ".join(removed), where)
-    card_file = where / "README.md"
-    print(f"The model is in {where}" + (f"; its card: {card_file}" if card_file.is_file() else
-                                        f" (no card without test scores: `csekit evaluate {where} --output "
-                                        f"{where / RESULTS_FILE}`, then `csekit card {where}`)"))
-    return record
+    return where
 
 
-def run_recipe(recipe: ContrastiveRecipe, model_args, data_args, training_args, extra_args=None) -> dict:
-    """Train with STS-B dev model selection, save the best model + tokenizer, score the 7 STS test sets: the stages
-    [`check_run`][csekit.trainers.runner.check_run] (before any work),
-    [`build_trainer`][csekit.trainers.runner.build_trainer], the Trainer's training,
-    [`commit_run`][csekit.trainers.runner.commit_run], and with
-    ``--push_to_hub --hub_model_id NAME`` the publication of the scored folder as ``csekit push`` does it.
-
-    Returns:
-        the test results ``{"STS12": ..., "avg": ...}`` (empty if ``do_test_eval`` is off).
-    """
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    run = check_run(recipe, model_args, data_args, training_args, extra_args)
-    trainer = build_trainer(recipe, run, model_args, data_args, training_args, extra_args)
-    batch = batch_record(trainer, run.columns)
-    logger.info(describe_batch(batch))
-    main = trainer.is_world_process_zero()
-    arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
-                     **({"extra_args": extra_args} if extra_args else {}),
-                     **({"resume": {"checkpoint": run.resume, "accepted_changes": run.accepted}} if run.accepted
-                        else {}))
-    run.folder.acquire(lock=main)
-    try:
-        trainer.train(resume_from_checkpoint=run.resume)
-        require_finite_weights(trainer.model, "the final model")
-        record = commit_run(run.folder, main, lambda staging: trainer.save_model(str(staging)),
-                            lambda: score_run(trainer, run, model_args, training_args, batch), arguments,
-                            dict(repo_id=training_args.hub_model_id, data_dir=run.data_dir),
-                            training_args.keep_checkpoints)
-    finally:
-        run.folder.release()
-    if not main:
-        return {}
-    if run.publish:
-        print(f"pushed to {training_args.hub_model_id}: {trainer.push_to_hub()}")
-    return (record or {}).get("sts") or {}
+def remove_checkpoints(folder: RunFolder, keep: bool) -> None:
+    """The run's checkpoints go once its model is committed and scored, unless ``keep`` (``--keep_checkpoints``)."""
+    removed = [] if keep else folder.remove_checkpoints()
+    if removed:
+        logger.info("removed %s from %s (--keep_checkpoints true keeps them)", ", ".join(removed), folder.folder)
 
 
-def main_guard(main: Callable, argv: Optional[list] = None) -> None:
-    """Run a recipe's ``main`` as ``python recipes/X.py`` / ``accelerate launch`` do, in the commands' error boundary
-    ([`csekit.errors.report_errors`][csekit.errors.report_errors]): bad input ends with one line on stderr and exit
-    status 2."""
-    def run() -> int:
-        main(argv)
-        return 0
-
-    code = report_errors(run)
-    if code:
-        sys.exit(code)
-
-
-__all__ = ["CheckedRun", "ContrastiveRecipe", "batch_record", "build_trainer", "check_lengths", "check_run",
-           "commit_run", "describe_batch", "finish_run", "main_guard", "run_recipe", "score_run", "training_curve"]
+__all__ = ["CheckedRun", "TrainingRecipe", "batch_record", "build_trainer", "check_lengths", "check_run",
+           "commit_model", "describe_batch", "remove_checkpoints", "train_run", "training_layout"]

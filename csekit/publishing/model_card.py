@@ -2,7 +2,7 @@
 
 Every reproduced number comes from the folder's ``eval_results.json`` (written by the recipe runner and by the
 card's own geometry evaluation); hyperparameters come from ``config.json`` and ``training_args.json`` (the JSON
-twin of ``training_args.bin`` written by [`csekit.trainers.runner.run_recipe`][csekit.trainers.runner.run_recipe]; the
+twin of ``training_args.bin`` written by [`csekit.recipe_run.run_recipe`][csekit.recipe_run.run_recipe]; the
 pickle is never read). The
 papers' numbers live in the per-family templates of ``model_cards/`` as the *paper* rows, with their source.
 
