@@ -282,30 +282,23 @@ class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
             logger.info("the auxiliary MLM head is the pretrained head of %s", encoder_name_or_path)
         return model
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: Optional[torch.Tensor] = None,
-        token_type_ids: Optional[torch.Tensor] = None,
-        token_weights: Optional[torch.Tensor] = None,
-        sequence_lengths: Optional[torch.Tensor] = None,
-        mlm_input_ids: Optional[torch.Tensor] = None,
-        mlm_labels: Optional[torch.Tensor] = None,
-    ) -> CMLMCSEPreTrainingOutput:
-        """Encode ``(B, V, T)`` views (or their packed row with ``sequence_lengths (B, V)``); given
-        ``mlm_input_ids``/``mlm_labels`` (view 0 masked: ``(B, T)``, or packed ``(1, N0)``), add L_MLM."""
-        output = super().forward(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
+    def training_output(self, output: SentenceEmbeddingOutput, inputs: dict,
+                        mlm_input_ids: Optional[torch.Tensor] = None,
+                        mlm_labels: Optional[torch.Tensor] = None) -> CMLMCSEPreTrainingOutput:
+        """The ``(B, V, T)`` views' vectors (or their packed row's, ``sequence_lengths (B, V)``); given
+        ``mlm_input_ids``/``mlm_labels`` (view 0 masked: ``(B, T)``, or packed ``(1, N0)``), L_MLM added."""
         mlm_loss = None
         if mlm_input_ids is not None:
             if output.embeddings.dim() != 3 or mlm_labels is None:
                 raise ValueError("the MLM branch needs (batch, views, seq_len) inputs and mlm_labels")
-            if sequence_lengths is not None:
+            lengths, mask, token_types = inputs["sequence_lengths"], inputs["attention_mask"], inputs["token_type_ids"]
+            if lengths is not None:
                 mlm_loss = self.auxiliary(output.embeddings[:, 0], mlm_input_ids, None, mlm_labels,
-                                          sequence_lengths=sequence_lengths[:, 0])
+                                          sequence_lengths=lengths[:, 0])
             else:
-                mask = torch.ones_like(mlm_input_ids) if attention_mask is None else attention_mask[:, 0]
+                mask = torch.ones_like(mlm_input_ids) if mask is None else mask[:, 0]
                 mlm_loss = self.auxiliary(output.embeddings[:, 0], mlm_input_ids, mask, mlm_labels,
-                                          None if token_type_ids is None else token_type_ids[:, 0])
+                                          None if token_types is None else token_types[:, 0])
         return CMLMCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, mlm_loss=mlm_loss)
 
     def example_tokens(self, inputs: dict) -> torch.Tensor:

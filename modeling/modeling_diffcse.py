@@ -160,23 +160,17 @@ class DiffCSEForPreTraining(SentenceEncoderForTraining, DiffCSEModel):
         return ("DiffCSE's replaced-token loss averages over every position of the padded batch, padding included, "
                 "as the authors' code does")
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: Optional[torch.Tensor] = None,
-        token_type_ids: Optional[torch.Tensor] = None,
-        token_weights: Optional[torch.Tensor] = None,
-        sequence_lengths: Optional[torch.Tensor] = None,
-        mlm_input_ids: Optional[torch.Tensor] = None,
-    ) -> DiffCSEPreTrainingOutput:
-        """Encode ``(B, 2, T)`` views; given ``mlm_input_ids`` (their masked copies, the same shape), add L_RTD."""
-        output = super().forward(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
+    def training_output(self, output: SentenceEmbeddingOutput, inputs: dict,
+                        mlm_input_ids: Optional[torch.Tensor] = None) -> DiffCSEPreTrainingOutput:
+        """The ``(B, 2, T)`` views' vectors; given ``mlm_input_ids`` (their masked copies, the same shape), L_RTD
+        added."""
         if mlm_input_ids is None:
             return DiffCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled)
-        if sequence_lengths is not None or input_ids.dim() != 3:
+        input_ids = inputs["input_ids"]
+        if inputs["sequence_lengths"] is not None or input_ids.dim() != 3:
             raise ValueError("DiffCSE's replaced-token detection needs padded (batch, views, seq_len) inputs")
-        rtd_loss, accuracy = self.replaced_token_detection(input_ids, attention_mask, token_type_ids, mlm_input_ids,
-                                                           output.embeddings)
+        rtd_loss, accuracy = self.replaced_token_detection(input_ids, inputs["attention_mask"],
+                                                           inputs["token_type_ids"], mlm_input_ids, output.embeddings)
         return DiffCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, rtd_loss=rtd_loss,
                                         rtd_accuracy=accuracy)
 

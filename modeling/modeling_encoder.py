@@ -540,3 +540,28 @@ class SentenceEncoderForTraining:
         published.tokenizer = self.known_tokenizer()
         return published.to(self.device).train(self.training)
 
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        token_type_ids: Optional[torch.Tensor] = None,
+        token_weights: Optional[torch.Tensor] = None,
+        sequence_lengths: Optional[torch.Tensor] = None,
+        **method_inputs,
+    ) -> SentenceEmbeddingOutput:
+        """The published model's forward on the encoder's inputs, then the method's training terms
+        ([`training_output`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining.training_output]) from the
+        same inputs and the batch's entries of the method's own (``mlm_input_ids``, ``mlm_labels``, ...)."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                  "token_weights": token_weights, "sequence_lengths": sequence_lengths}
+        return self.training_output(super().forward(**inputs), inputs, **method_inputs)
+
+    def training_output(self, output: SentenceEmbeddingOutput, inputs: dict,
+                        **method_inputs) -> SentenceEmbeddingOutput:
+        """The extension point of a training model: ``output`` (the sentence vectors of ``inputs``, the encoder's
+        batch entries) with the method's training terms added, computed from ``method_inputs`` (the batch's other
+        entries, which an override names as its parameters). Default: ``output``, and no other entry."""
+        if method_inputs:
+            raise TypeError(f"{type(self).__name__} takes no batch entries {sorted(method_inputs)}")
+        return output
+

@@ -85,19 +85,12 @@ class ESimCSEForPreTraining(SentenceEncoderForTraining, ESimCSEModel):
             model.momentum.reinitialize(getattr(model.encoder.config, "initializer_range", 0.02))
         return model
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: Optional[torch.Tensor] = None,
-        token_type_ids: Optional[torch.Tensor] = None,
-        token_weights: Optional[torch.Tensor] = None,
-        sequence_lengths: Optional[torch.Tensor] = None,
-    ) -> ESimCSEPreTrainingOutput:
-        """Encode the views; in training with a queue, also the momentum keys of view 0 (the original sentence)."""
-        output = super().forward(input_ids, attention_mask, token_type_ids, token_weights, sequence_lengths)
+    def training_output(self, output: SentenceEmbeddingOutput, inputs: dict) -> ESimCSEPreTrainingOutput:
+        """The views' vectors; in training with a queue, also the momentum keys of view 0 (the original sentence)."""
         keys = vectors = None
         if self.training and self.config.queue_size > 0 and output.embeddings.dim() == 3:
-            keys, vectors = self.momentum_keys(input_ids, attention_mask, token_type_ids, sequence_lengths)
+            keys, vectors = self.momentum_keys(inputs["input_ids"], inputs["attention_mask"],
+                                               inputs["token_type_ids"], inputs["sequence_lengths"])
         return ESimCSEPreTrainingOutput(embeddings=output.embeddings, pooled=output.pooled, queue_keys=keys,
                                         queue_vectors=vectors)
 

@@ -247,10 +247,11 @@ def overridden_hooks(cls) -> list:
     method of those bases (``pool_tokens``, ``head``, ``compute_losses``, ``default_collator`` ...)."""
     import inspect
 
-    from csekit.modeling.modeling_encoder import SentenceEncoderPreTrainedModel
+    from csekit.modeling.modeling_encoder import SentenceEncoderForTraining, SentenceEncoderPreTrainedModel
     from csekit.trainers.trainer import ContrastiveTrainer
 
-    shared = [base for base in (SentenceEncoderPreTrainedModel, ContrastiveTrainer) if issubclass(cls, base)]
+    shared = [base for base in (SentenceEncoderForTraining, SentenceEncoderPreTrainedModel, ContrastiveTrainer)
+              if issubclass(cls, base)]
     hooks = []
     for base in shared:
         for klass in cls.__mro__[: cls.__mro__.index(base)]:
