@@ -168,7 +168,55 @@ def replace_section(path: Path, body: str) -> None:
     path.write_text(text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n")
 
 
-def main(argv=None):
+def method_rows(methods: list, args) -> tuple:
+    """``(table rows, first-seed folders)``: each method's runs collected (trained unless ``--no-train``) and scored;
+    the training-free extraction row; CLSR's base model alone."""
+    rows, card_folders = [], []
+    for key in methods:
+        if key == EXTRACTION:
+            row = run_extraction(args)
+            setting = " / ".join(str(row[k]) for k in ("layers", "aggregation", "postprocessing"))
+            label = f"no training: extraction {setting}"
+            rows.append(table_row(label, [], [row["sts"]], row, []))
+            continue
+        records = collect_method(key, args)
+        if not records:
+            continue
+        first = method_folder(key, args) / f"seed{min(records)}"
+        suites_record = score_suites(first, args.suites, args) if args.suites else records[min(records)]
+        seconds = [r["wall_seconds"] for r in records.values() if "wall_seconds" in r]
+        rows.append(table_row(METHODS[key].name, sorted(records), [r["sts"] for r in records.values()], suites_record,
+                              seconds))
+        if key == "clsr" and "base_sts" in records[min(records)]:
+            base = [r["base_sts"] for r in records.values()]
+            rows.append(table_row("base model alone (CLSR runs' base_sts)", sorted(records), base, {}, []))
+        card_folders.append(first)
+
+    return rows, card_folders
+
+
+def report(rows: list, args, argv) -> str:
+    """The Comparison section: command, what the rows are, the table."""
+    header = ("| method | " + " | ".join(label for _, label in STS_COLUMNS) + " | STS avg | transfer avg | "
+              "clustering avg | alignment | uniformity | train s | seeds |")
+    table = "\n".join([header, "|---|" + "---:|" * (len(STS_COLUMNS) + 6) + "---|", *rows])
+    command = "python benchmarks/compare.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    body = "\n".join([
+        SECTION, "",
+        f"Command: `{command}`", "",
+        "All rows start from the embedded all-MiniLM-L6-v2 (6 layers, 384-d) on this 2-core CPU machine, with the "
+        f"shared budget of `{args.config}` for the trained methods (CLSR: a head trained on the frozen base, "
+        "settings in its row). These are **not** the papers' bert-base / full-wiki1m numbers (those are in each model "
+        "card). STS: "
+        "Spearman x 100, SentEval 'all', mean over the listed seeds (avg ± sample std); transfer / clustering "
+        "(accuracy x 100) and alignment / uniformity (STS-B train, lower is better) on the first seed's model; "
+        "train s: mean wall seconds per seed (training + STS test scoring) under the machine's varying load.", "",
+        table, "",
+    ])
+    return body
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default="simcse,whitenedcse,cmlm_cse,esimcse,clsr,extraction",
                         help=f"Comma-separated: {', '.join(METHODS)}, {EXTRACTION}.")
@@ -197,45 +245,15 @@ def main(argv=None):
     unknown = [m for m in methods if m not in METHODS and m != EXTRACTION]
     if unknown:
         parser.error(f"unknown method(s) {', '.join(unknown)}")
+    args.methods = methods
     args.suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    return args
 
-    rows, card_folders = [], []
-    for key in methods:
-        if key == EXTRACTION:
-            row = run_extraction(args)
-            setting = " / ".join(str(row[k]) for k in ("layers", "aggregation", "postprocessing"))
-            label = f"no training: extraction {setting}"
-            rows.append(table_row(label, [], [row["sts"]], row, []))
-            continue
-        records = collect_method(key, args)
-        if not records:
-            continue
-        first = method_folder(key, args) / f"seed{min(records)}"
-        suites_record = score_suites(first, args.suites, args) if args.suites else records[min(records)]
-        seconds = [r["wall_seconds"] for r in records.values() if "wall_seconds" in r]
-        rows.append(table_row(METHODS[key].name, sorted(records), [r["sts"] for r in records.values()], suites_record,
-                              seconds))
-        if key == "clsr" and "base_sts" in records[min(records)]:
-            base = [r["base_sts"] for r in records.values()]
-            rows.append(table_row("base model alone (CLSR runs' base_sts)", sorted(records), base, {}, []))
-        card_folders.append(first)
 
-    header = ("| method | " + " | ".join(label for _, label in STS_COLUMNS) + " | STS avg | transfer avg | "
-              "clustering avg | alignment | uniformity | train s | seeds |")
-    table = "\n".join([header, "|---|" + "---:|" * (len(STS_COLUMNS) + 6) + "---|", *rows])
-    command = "python benchmarks/compare.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    body = "\n".join([
-        SECTION, "",
-        f"Command: `{command}`", "",
-        "All rows start from the embedded all-MiniLM-L6-v2 (6 layers, 384-d) on this 2-core CPU machine, with the "
-        f"shared budget of `{args.config}` for the trained methods (CLSR: a head trained on the frozen base, "
-        "settings in its row). These are **not** the papers' bert-base / full-wiki1m numbers (those are in each model "
-        "card). STS: "
-        "Spearman x 100, SentEval 'all', mean over the listed seeds (avg ± sample std); transfer / clustering "
-        "(accuracy x 100) and alignment / uniformity (STS-B train, lower is better) on the first seed's model; "
-        "train s: mean wall seconds per seed (training + STS test scoring) under the machine's varying load.", "",
-        table, "",
-    ])
+def main(argv=None):
+    args = parse_args(argv)
+    rows, card_folders = method_rows(args.methods, args)
+    body = report(rows, args, argv)
     print(body)
     replace_section(Path(args.results), body)
     if args.cards:

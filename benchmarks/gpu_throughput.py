@@ -476,8 +476,8 @@ def main(argv=None):
     return record
 
 
-def run_all(args, argv) -> dict:
-    set_threads(args.threads)
+def checked_inputs(args) -> tuple:
+    """``(device, precision, methods, model_config, data_file, sentences)`` from the flags, or a one-line error."""
     device = resolve_device(args.device)
     precision = ("bf16" if device.type == "cuda" else "fp32") if args.precision == "auto" else args.precision
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -492,18 +492,18 @@ def run_all(args, argv) -> dict:
     sentences = read_sentences(data_file, limit=WIKI1M_QUICKSTART_SENTENCES)
     if len(sentences) < BATCH:
         raise DataError(f"{data_file}: {len(sentences)} sentences, fewer than one batch of {BATCH}")
-    feature_batches = [[sentences[(i * BATCH + j) % len(sentences)] for j in range(BATCH)]
-                       for i in range(args.warmup + args.steps)]
-    output_dir = Path(args.output or tempfile.mkdtemp(prefix="gpu_throughput-"))
-    output_dir.mkdir(parents=True, exist_ok=True)
+    return device, precision, methods, model_config, data_file, sentences
 
+
+def new_record(args, argv, device, precision) -> dict:
+    """The run's record before any timing: command, device, versions, sizes and the GPU's peak (measured matmul
+    rate and datasheet)."""
     peak = args.peak_tflops or datasheet_peak_tflops(device)
     matmul_size = 8192 if device.type == "cuda" else 1024
     matmul_rate = matmul_tflops(device, torch.bfloat16 if precision == "bf16" else torch.float32, matmul_size)
     print(f"device: {device_description(device)}; measured matmul {matmul_rate:.3g} TFLOP/s; peak {peak}", flush=True)
-
     command = f"python benchmarks/gpu_throughput.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
-    record = {
+    return {
         "command": command, "device": device_description(device), "device_type": device.type, "precision": precision,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__}, "size": args.size,
         "batch_size": BATCH, "max_length": MAX_LENGTH, "steps": args.steps, "warmup": args.warmup,
@@ -512,46 +512,70 @@ def run_all(args, argv) -> dict:
             "source": "--peak-tflops" if args.peak_tflops else ("datasheet, dense bf16" if peak else "unknown")},
         "wiki1m_steps": WIKI1M_STEPS, "results": [], "trainer": [], "errors": [],
     }
+
+
+def timing_jobs(args, record, folder, config, inputs, output_dir) -> list:
+    """``[(name, job)]``: the bare steps of each method (packed and padded, or compiled per mode),
+    sentence-transformers' with ``--st``, and the ``Trainer.train()`` runs with ``--trainer-steps``."""
+    device, precision, methods, _, data_file, sentences = inputs
+    feature_batches = [[sentences[(i * BATCH + j) % len(sentences)] for j in range(BATCH)]
+                       for i in range(args.warmup + args.steps)]
+    peak, matmul_rate = record["peak"]["datasheet_tflops"], record["peak"]["measured_matmul_tflops"]
+
+    def bare_steps(key, padding_free=None, mode=None):
+        run = (st_run(folder, config, device, precision, mode, feature_batches) if key == "st" else
+               csekit_run(key, folder, args.size, device, precision, mode, feature_batches, padding_free))
+        return {**step_result(key, run, args, device, peak, matmul_rate, output_dir), "padding_free": padding_free}
+
+    modes = [m.strip() for m in args.compile_modes.split(",")] if args.compile else [None]
+    jobs = [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed, mode=mode:
+             bare_steps(key, packed, mode)) for mode in modes for key in methods
+            for packed in ((False,) if args.compile else (True, False))]
+    jobs += [(NAMES["st"], lambda: bare_steps("st", mode=modes[0]))] if args.st else []
+    if args.trainer_steps:
+        steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
+        jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(
+            folder, data_file, steps, warmup, device, bf16, flags))
+            for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS)]
+        if args.st:
+            jobs.append((f"sentence-transformers, SentenceTransformerTrainer{' torch_compile' * args.compile}",
+                         lambda: st_trainer_run(lambda: st_model(folder, config, device), sentences, steps,
+                                                warmup, device, bf16, args.compile)))
+    return jobs
+
+
+def run_job(name, job, record, device, trainer_steps: int) -> None:
+    """One timing into ``record``; a failing one (an op missing on this GPU, ...) is recorded, the others run."""
+    print(f"timing {name} ...", flush=True)
+    try:
+        result = job()
+    except Exception as error:
+        traceback.print_exc()
+        record["errors"].append({"name": name, "error": f"{type(error).__name__}: {error}"})
+        return
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if "wall" in result:  # a Trainer.train() run
+        record["trainer"].append({"name": name, "seconds_per_step": result["wall"], "steps": trainer_steps,
+                                  "epoch_seconds": WIKI1M_STEPS * result["wall"]})
+    else:
+        record["results"].append(result)
+
+
+def run_all(args, argv) -> dict:
+    set_threads(args.threads)
+    inputs = checked_inputs(args)
+    device, precision, _, model_config = inputs[:4]
+    output_dir = Path(args.output or tempfile.mkdtemp(prefix="gpu_throughput-"))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    record = new_record(args, argv, device, precision)
     with tempfile.TemporaryDirectory() as folder:
         config = save_random_encoder(model_config, args.size, folder)
         record["model"] = {"layers": config.num_hidden_layers, "hidden": config.hidden_size}
-
-        def bare_steps(key, padding_free=None, mode=None):
-            run = (st_run(folder, config, device, precision, mode, feature_batches) if key == "st" else
-                   csekit_run(key, folder, args.size, device, precision, mode, feature_batches, padding_free))
-            return {**step_result(key, run, args, device, peak, matmul_rate, output_dir),
-                    "padding_free": padding_free}
-
-        modes = [m.strip() for m in args.compile_modes.split(",")] if args.compile else [None]
-        jobs = [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed, mode=mode:
-                 bare_steps(key, packed, mode)) for mode in modes for key in methods
-                for packed in ((False,) if args.compile else (True, False))]
-        jobs += [(NAMES["st"], lambda: bare_steps("st", mode=modes[0]))] if args.st else []
-        if args.trainer_steps:
-            steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
-            jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(
-                folder, data_file, steps, warmup, device, bf16, flags))
-                for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS)]
-            if args.st:
-                jobs.append((f"sentence-transformers, SentenceTransformerTrainer{' torch_compile' * args.compile}",
-                             lambda: st_trainer_run(lambda: st_model(folder, config, device), sentences, steps,
-                                                    warmup, device, bf16, args.compile)))
-        for name, job in jobs:
-            print(f"timing {name} ...", flush=True)
-            try:
-                result = job()
-            except Exception as error:  # one failing run (an op missing on this GPU, ...) must not lose the others
-                traceback.print_exc()
-                record["errors"].append({"name": name, "error": f"{type(error).__name__}: {error}"})
-                continue
-            finally:
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            if "wall" in result:  # a Trainer.train() run
-                record["trainer"].append({"name": name, "seconds_per_step": result["wall"], "steps": steps - warmup,
-                                          "epoch_seconds": WIKI1M_STEPS * result["wall"]})
-            else:
-                record["results"].append(result)
+        trainer_steps = args.trainer_steps - min(args.warmup, max(args.trainer_steps - 1, 0))
+        for name, job in timing_jobs(args, record, folder, config, inputs, output_dir):
+            run_job(name, job, record, device, trainer_steps)
             write_record(record, output_dir)  # a command stopped by a time limit keeps what it measured
     table = write_record(record, output_dir)
     print(table)

@@ -45,6 +45,26 @@ def mean_and_spread(values: list) -> str:
     return f"{statistics.mean(values):.2f} ± {spread:.2f}"
 
 
+def score_table(scores: dict, base: str, seeds: list, argv) -> list:
+    """The markdown lines: the start model, each variant's seeds, their mean and spread, and the per-seed gain."""
+    sizes = list(scores["start", None])
+    header = "| model | " + " | ".join(f"{size}" for size in sizes) + " |"
+    lines = [f"Command: `python benchmarks/matryoshka.py {shlex.join(argv if argv is not None else sys.argv[1:])}`",
+             "", "STS test, 7-task average (Spearman x 100), at each vector size (the first d coordinates)", "",
+             header, "|---|" + "---:|" * len(sizes),
+             f"| {base} (start) | " + " | ".join(f"{scores['start', None][s]:.2f}" for s in sizes) + " |"]
+    for variant in VARIANTS:
+        for seed in seeds:
+            lines.append(f"| {variant} (seed {seed}) | "
+                         + " | ".join(f"{scores[variant, seed][s]:.2f}" for s in sizes) + " |")
+        lines.append(f"| **{variant} mean ± std** | " + " | ".join(
+            f"**{mean_and_spread([scores[variant, seed][s] for seed in seeds])}**" for s in sizes) + " |")
+    lines.append("| **matryoshka − plain, per seed** | " + " | ".join(
+        " / ".join(f"{scores['matryoshka', seed][s] - scores['plain', seed][s]:+.2f}" for seed in seeds)
+        for s in sizes) + " |")
+    return lines
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="recipes/configs/quickstart.yaml")
@@ -78,21 +98,7 @@ def main(argv=None) -> None:
         else:
             scores[variant, seed] = scores_by_size(record["model"], args.dims, data_dir)
 
-    sizes = list(scores["start", None])
-    header = "| model | " + " | ".join(f"{size}" for size in sizes) + " |"
-    lines = [f"Command: `python benchmarks/matryoshka.py {shlex.join(argv if argv is not None else sys.argv[1:])}`",
-             "", "STS test, 7-task average (Spearman x 100), at each vector size (the first d coordinates)", "",
-             header, "|---|" + "---:|" * len(sizes),
-             f"| {base} (start) | " + " | ".join(f"{scores['start', None][s]:.2f}" for s in sizes) + " |"]
-    for variant in VARIANTS:
-        for seed in args.seeds:
-            lines.append(f"| {variant} (seed {seed}) | "
-                         + " | ".join(f"{scores[variant, seed][s]:.2f}" for s in sizes) + " |")
-        lines.append(f"| **{variant} mean ± std** | " + " | ".join(
-            f"**{mean_and_spread([scores[variant, seed][s] for seed in args.seeds])}**" for s in sizes) + " |")
-    lines.append("| **matryoshka − plain, per seed** | " + " | ".join(
-        " / ".join(f"{scores['matryoshka', seed][s] - scores['plain', seed][s]:+.2f}" for seed in args.seeds)
-        for s in sizes) + " |")
+    lines = score_table(scores, base, args.seeds, argv)
     (root / "scores.json").write_text(json.dumps(
         {f"{variant}" + (f"/seed{seed}" if seed is not None else ""): {str(s): v for s, v in by_size.items()}
          for (variant, seed), by_size in scores.items()}, indent=2) + "\n")

@@ -178,6 +178,42 @@ def real_text(args, argv) -> None:
                                                            "rows": record}, text)
 
 
+def st_row(folder: Path, test, sts_texts: list, reference) -> tuple:
+    """``(row, versions)`` of sentence-transformers' int8 graph from what its own process wrote into ``folder``."""
+    from csekit.publishing.onnx_export import cosines
+
+    saved = np.load(folder / "vectors.npz")
+    times = json.loads((folder / "times.json").read_text())
+    lookup = dict(zip(sts_texts, saved["sts"]))
+    cosine = cosines(saved["check"], reference)
+    return {"min_cosine": float(cosine.min()), "mean_cosine": float(cosine.mean()),
+            "max_abs_difference": float(np.abs(saved["check"] - reference).max()),
+            "batch_min_cosine": float(cosines(saved["alone"], saved["check"]).min()),
+            "sts": test(lambda texts: np.stack([lookup[text] for text in texts])), "mib": times["mib"],
+            "seconds": times["seconds"]}, times["versions"]
+
+
+def table_lines(rows: dict, args, argv, st_versions) -> list:
+    """The markdown table: each graph's agreement with float32, its STS scores, its speed against float32."""
+    from csekit.evaluation.sts import STS_TASKS
+
+    base = statistics.median(rows["float32"]["seconds"])
+    lines = [f"Command: `python benchmarks/onnx_int8.py {' '.join(argv if argv is not None else sys.argv[1:])}`", "",
+             f"Machine: {machine_description()}; {args.threads} onnxruntime threads. Model: {args.model}."
+             + (f" sentence-transformers side: {st_versions}." if st_versions else ""), "",
+             "| graph | min cosine | mean cosine | max diff | alone vs batch, min cosine | STS avg | "
+             + " | ".join(STS_TASKS) + " | median s (STS-B test) | speed x float32 | MiB |",
+             "|---|---:|---:|---:|---:|---:|" + "---:|" * len(STS_TASKS) + "---:|---:|---:|"]
+    for name, row in rows.items():
+        median = statistics.median(row["seconds"])
+        sts = [row["sts"][task] if row["sts"] else None for task in ("avg", *STS_TASKS)]
+        lines.append(f"| {name} | {row['min_cosine']:.4f} | {row['mean_cosine']:.4f} | "
+                     f"{row['max_abs_difference']:.4f} | {row['batch_min_cosine']:.4f} | "
+                     + " | ".join("-" if value is None else f"{value:.2f}" for value in sts)
+                     + f" | {median:.2f} | {base / median:.2f} | {row['mib']:.1f} |")
+    return lines
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -245,31 +281,8 @@ def main(argv=None) -> None:
             rows[name]["seconds"].append(time.perf_counter() - start)
     st_versions = None
     if args.st_python:
-        saved = np.load(work / "st" / "vectors.npz")
-        times = json.loads((work / "st" / "times.json").read_text())
-        lookup = dict(zip(sts_texts, saved["sts"]))
-        cosine = cosines(saved["check"], reference)
-        rows["sentence-transformers int8 (avx2)"] = {
-            "min_cosine": float(cosine.min()), "mean_cosine": float(cosine.mean()),
-            "max_abs_difference": float(np.abs(saved["check"] - reference).max()),
-            "batch_min_cosine": float(cosines(saved["alone"], saved["check"]).min()),
-            "sts": test(lambda texts: np.stack([lookup[text] for text in texts])), "mib": times["mib"],
-            "seconds": times["seconds"]}
-        st_versions = times["versions"]
-    base = statistics.median(rows["float32"]["seconds"])
-    lines = [f"Command: `python benchmarks/onnx_int8.py {' '.join(argv if argv is not None else sys.argv[1:])}`", "",
-             f"Machine: {machine_description()}; {args.threads} onnxruntime threads. Model: {args.model}."
-             + (f" sentence-transformers side: {st_versions}." if st_versions else ""), "",
-             "| graph | min cosine | mean cosine | max diff | alone vs batch, min cosine | STS avg | "
-             + " | ".join(STS_TASKS) + " | median s (STS-B test) | speed x float32 | MiB |",
-             "|---|---:|---:|---:|---:|---:|" + "---:|" * len(STS_TASKS) + "---:|---:|---:|"]
-    for name, row in rows.items():
-        median = statistics.median(row["seconds"])
-        sts = [row["sts"][task] if row["sts"] else None for task in ("avg", *STS_TASKS)]
-        lines.append(f"| {name} | {row['min_cosine']:.4f} | {row['mean_cosine']:.4f} | "
-                     f"{row['max_abs_difference']:.4f} | {row['batch_min_cosine']:.4f} | "
-                     + " | ".join("-" if value is None else f"{value:.2f}" for value in sts)
-                     + f" | {median:.2f} | {base / median:.2f} | {row['mib']:.1f} |")
+        rows["sentence-transformers int8 (avx2)"], st_versions = st_row(work / "st", test, sts_texts, reference)
+    lines = table_lines(rows, args, argv, st_versions)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:

@@ -244,7 +244,7 @@ def markdown(record: dict) -> str:
             f"alternating round(s), each configuration in its own process.\n\n" + "\n".join(rows) + "\n")
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="base")
     parser.add_argument("--batch", type=int, default=64, help="Triplets per step.")
@@ -263,34 +263,28 @@ def main(argv=None) -> None:
     parser.add_argument("--chunk-batches", type=int, default=1000)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--nli-path", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        args.config = args.child
-        try:
-            print(json.dumps(measure(args)))
-        except NotMeasurable as reason:
-            sys.exit(str(reason))
-        return
-    from csekit.data import resolve_data_file
+    return parser.parse_args(argv)
 
-    args.nli_path = str(resolve_data_file(args.nli_file, args.data_dir))
-    if args.chunks_only:
-        record = {"command": "python benchmarks/token_budget.py " + " ".join(argv if argv is not None else
-                                                                             sys.argv[1:]),
-                  "batches": args.chunk_batches, "batch": args.batch, "max_length": args.max_length,
-                  "largest_chunk_tokens": largest_chunks(args)}
-        text = chunks_markdown(record)
-        print(text)
-        if args.output:
-            write_outputs(args.output, "token_budget_chunks", record, text)
-        return
+
+def chunks_only(args, command: str) -> None:
+    """``--chunks-only``: the largest chunk of each budget over random batches."""
+    record = {"command": command, "batches": args.chunk_batches, "batch": args.batch, "max_length": args.max_length,
+              "largest_chunk_tokens": largest_chunks(args)}
+    text = chunks_markdown(record)
+    print(text)
+    if args.output:
+        write_outputs(args.output, "token_budget_chunks", record, text)
+
+
+def measure_rounds(args, command: str) -> dict:
+    """Every configuration once per round, alternating, each in its own process; the record is written after each
+    measurement (a stopped run keeps what it measured)."""
     configurations = {**{f"csekit tokens {t}": f"tokens={t}" for t in args.budgets},
                       **{f"csekit M={m}": f"size={m}" for m in args.counts},
                       **{f"sentence-transformers tokens {t}": f"st={t}" for t in args.budgets}}
-    record = {"command": "python benchmarks/token_budget.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": device_description(torch.device(args.device)), "load_start": os.getloadavg()[0],
-              "size": args.size, "batch": args.batch, "max_length": args.max_length, "budgets": args.budgets,
-              "rounds": args.rounds, "results": {}}
+    record = {"command": command, "machine": device_description(torch.device(args.device)),
+              "load_start": os.getloadavg()[0], "size": args.size, "batch": args.batch,
+              "max_length": args.max_length, "budgets": args.budgets, "rounds": args.rounds, "results": {}}
     measured = {name: [] for name in configurations}
     for round_index in range(args.rounds):
         for name, config in configurations.items():
@@ -306,6 +300,26 @@ def main(argv=None) -> None:
             record["load_end"] = os.getloadavg()[0]
             if args.output:
                 write_outputs(args.output, "token_budget", record, markdown(record))
+    return record
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        args.config = args.child
+        try:
+            print(json.dumps(measure(args)))
+        except NotMeasurable as reason:
+            sys.exit(str(reason))
+        return
+    from csekit.data import resolve_data_file
+
+    args.nli_path = str(resolve_data_file(args.nli_file, args.data_dir))
+    command = "python benchmarks/token_budget.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.chunks_only:
+        chunks_only(args, command)
+        return
+    record = measure_rounds(args, command)
     text = markdown(record)
     print(text)
     if args.output:

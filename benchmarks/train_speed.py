@@ -256,7 +256,7 @@ def workload_lines(name, timings, work, floors, rounds) -> list:
     ]
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=6, help="Optimizer steps per round (the first --warmup untimed).")
     parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every round.")
@@ -271,6 +271,66 @@ def main(argv=None):
                         help="plain, or with gradient caching or Matryoshka terms on both sides.")
     parser.add_argument("--output", default=None, help="Folder for train_speed[_<variant>].json and .md.")
     args = parser.parse_args(argv)
+    unknown = [w for w in workloads(args) if w not in WORKLOAD_MAX_LENGTH]
+    if unknown:
+        parser.error(f"--workloads: unknown workload {unknown[0]!r} (wiki, nli)")
+    return args
+
+
+def workloads(args) -> list:
+    return [w.strip() for w in args.workloads.split(",") if w.strip()]
+
+
+def workload_data(workload: str, args) -> tuple:
+    """``(train_file, examples, columns, max_length, title)`` of one workload."""
+    max_length = WORKLOAD_MAX_LENGTH[workload]
+    if workload == "wiki":
+        train_file = resolve_data_file(args.train_file)
+        examples = [{"sent0": s} for s in read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)]
+        return train_file, examples, None, max_length, f"wiki1m, unsupervised pairs, max length {max_length}"
+    train_file = resolve_data_file(args.nli_file)
+    examples = load_training_dataset(str(train_file), None, BATCH).to_list()
+    columns = {ST_COLUMNS[key]: [e[key] for e in examples] for key in ST_COLUMNS}
+    return train_file, examples, columns, max_length, f"NLI triplets (sent0, sent1, hard_neg), max length {max_length}"
+
+
+def time_workload(workload: str, args, model_path, device, rate: float, record: dict) -> list:
+    """Both sides on one workload, alternating rounds; its record entry; returns its markdown lines."""
+    train_file, examples, columns, max_length, title = workload_data(workload, args)
+    work = step_work(model_path, examples, args.sample_batches, max_length)
+    floors = {"rate": rate, **{layout: flops / rate for layout, flops in work["flops"].items()}}
+    timings = interleaved(side_runs(model_path, lambda: minilm_st_model(model_path, device, max_length), train_file,
+                                    columns, args.steps, args.warmup, device, args.variant, max_length),
+                          args.rounds, warmup=False)
+    record["workloads"][workload] = {
+        "train_file": train_file.name, "work": work, "floor_cpu_seconds_per_step": floors,
+        "seconds_per_step": {side: [r["wall"] for r in runs] for side, runs in timings.items()},
+        "cpu_seconds_per_step": {side: [r["cpu"] for r in runs] for side, runs in timings.items()},
+    }
+    return workload_lines(title, timings, work, floors, args.rounds)
+
+
+def time_bert_base_shaped(args, model_path, device, record: dict) -> list:
+    """One round of both sides on a bert-base-shaped random encoder; its record entry; its markdown lines."""
+    train_file = resolve_data_file(args.train_file)
+    with tempfile.TemporaryDirectory() as folder:
+        save_bert_base_shaped(model_path, folder)
+        runs = side_runs(folder, lambda: st_random_model(folder, device), train_file, None, args.bert_base_steps,
+                         1, device)
+        timings = interleaved(runs, 1, warmup=False)
+    cpu = {side: results[0]["cpu"] for side, results in timings.items()}
+    record["bert_base_shaped"] = {"steps": args.bert_base_steps, "cpu_seconds_per_step": cpu,
+                                  "seconds_per_step": {side: r[0]["wall"] for side, r in timings.items()}}
+    return [
+        f"**bert-base-shaped** (12 x 768, random weights), wiki, batch 64 x max length 32, "
+        f"{args.bert_base_steps} steps per side (1 untimed), one round: CPU s/step "
+        + ", ".join(f"{side} {seconds:.1f}" for side, seconds in cpu.items())
+        + f"; sentence-transformers / csekit packed **{cpu['sentence-transformers'] / cpu['csekit packed']:.2f}**,"
+        f" csekit padded / csekit packed {cpu['csekit padded'] / cpu['csekit packed']:.2f}.", ""]
+
+
+def main(argv=None):
+    args = parse_args(argv)
     set_threads(args.threads)
     device = torch.device("cpu")
     model_path = embedded_minilm_path()
@@ -280,48 +340,11 @@ def main(argv=None):
     record = {"command": command, "machine": machine_description(), "variant": args.variant,
               "rounds": args.rounds, "steps": args.steps,
               "warmup": args.warmup, "matmul_gflops": rate / 1e9, "workloads": {}}
-    for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
-        if workload == "wiki":
-            train_file = resolve_data_file(args.train_file)
-            examples = [{"sent0": s} for s in read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)]
-            columns, max_length = None, WORKLOAD_MAX_LENGTH["wiki"]
-            title = f"wiki1m, unsupervised pairs, max length {max_length}"
-        elif workload == "nli":
-            train_file = resolve_data_file(args.nli_file)
-            examples = load_training_dataset(str(train_file), None, BATCH).to_list()
-            columns = {ST_COLUMNS[key]: [e[key] for e in examples] for key in ST_COLUMNS}
-            max_length = WORKLOAD_MAX_LENGTH["nli"]
-            title = f"NLI triplets (sent0, sent1, hard_neg), max length {max_length}"
-        else:
-            parser.error(f"--workloads: unknown workload {workload!r} (wiki, nli)")
-        work = step_work(model_path, examples, args.sample_batches, max_length)
-        floors = {"rate": rate, **{layout: flops / rate for layout, flops in work["flops"].items()}}
-        timings = interleaved(side_runs(model_path, lambda: minilm_st_model(model_path, device, max_length), train_file,
-                                        columns, args.steps, args.warmup, device, args.variant, max_length),
-                              args.rounds, warmup=False)
-        lines += workload_lines(title, timings, work, floors, args.rounds)
-        record["workloads"][workload] = {
-            "train_file": train_file.name, "work": work, "floor_cpu_seconds_per_step": floors,
-            "seconds_per_step": {side: [r["wall"] for r in runs] for side, runs in timings.items()},
-            "cpu_seconds_per_step": {side: [r["cpu"] for r in runs] for side, runs in timings.items()},
-        }
+    for workload in workloads(args):
+        lines += time_workload(workload, args, model_path, device, rate, record)
         print("\n".join(lines), flush=True)
     if args.bert_base_steps:
-        train_file = resolve_data_file(args.train_file)
-        with tempfile.TemporaryDirectory() as folder:
-            save_bert_base_shaped(model_path, folder)
-            runs = side_runs(folder, lambda: st_random_model(folder, device), train_file, None, args.bert_base_steps,
-                             1, device)
-            timings = interleaved(runs, 1, warmup=False)
-        cpu = {side: results[0]["cpu"] for side, results in timings.items()}
-        lines += [
-            f"**bert-base-shaped** (12 x 768, random weights), wiki, batch 64 x max length 32, "
-            f"{args.bert_base_steps} steps per side (1 untimed), one round: CPU s/step "
-            + ", ".join(f"{side} {seconds:.1f}" for side, seconds in cpu.items())
-            + f"; sentence-transformers / csekit packed **{cpu['sentence-transformers'] / cpu['csekit packed']:.2f}**,"
-            f" csekit padded / csekit packed {cpu['csekit padded'] / cpu['csekit packed']:.2f}.", ""]
-        record["bert_base_shaped"] = {"steps": args.bert_base_steps, "cpu_seconds_per_step": cpu,
-                                      "seconds_per_step": {side: r[0]["wall"] for side, r in timings.items()}}
+        lines += time_bert_base_shaped(args, model_path, device, record)
     print("\n".join(lines))
     if args.output:
         name = "train_speed" if args.variant == "plain" else f"train_speed_{args.variant}"

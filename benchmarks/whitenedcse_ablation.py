@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 
 from common import emit
-from seeds import SHORT, TASKS, run_seed
+from csekit.evaluation.sts import STS_SHORT_NAMES
+from seeds import TASKS, run_seed
 
 PRESETS = {
     "table3": {"whitening": ["none", "pca", "zca", "group", "shuffled_group"]},
@@ -71,6 +72,32 @@ def hidden_size(recipe_args: list) -> int:
     return AutoConfig.from_pretrained(resolve_model_path(name)).hidden_size
 
 
+def grid_cells(grid: dict, recipe_args: list) -> list:
+    """Every combination of the grid's values; a ``num_groups`` that does not divide the hidden size is skipped (and
+    said)."""
+    keys = list(grid)
+    cells = [dict(zip(keys, values)) for values in itertools.product(*grid.values())]
+    if "num_groups" in grid:
+        hidden = hidden_size(recipe_args)
+        skipped = sorted({cell["num_groups"] for cell in cells if hidden % int(cell["num_groups"])}, key=int)
+        if skipped:
+            print(f"skipping num_groups {', '.join(skipped)}: they do not divide the hidden size {hidden}")
+        cells = [cell for cell in cells if not hidden % int(cell["num_groups"])]
+    return cells
+
+
+def cell_row(cell: dict, args, recipe_args: list) -> str:
+    """One cell trained for every seed: its table row (best STS-B dev, test scores, means over seeds)."""
+    name = "-".join(f"{key}_{value}" for key, value in cell.items())
+    flags = [token for key, value in cell.items() for token in (f"--{key}", value)]
+    records = [run_seed(args.recipe, seed, Path(args.output_root) / name / f"seed{seed}", recipe_args + flags)
+               for seed in args.seeds]
+    devs = [best_dev(Path(args.output_root) / name / f"seed{seed}") for seed in args.seeds]
+    scores = [statistics.mean(record["sts"][task] for record in records) for task in TASKS]
+    label = ", ".join(f"{key}={value}" for key, value in cell.items())
+    return f"| {label} | {statistics.mean(devs):.2f} | " + " | ".join(f"{s:.2f}" for s in scores) + " |"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), help="A paper ablation table (see above).")
@@ -85,33 +112,14 @@ def main(argv=None):
     grid = {**PRESETS.get(args.preset, {}), **parse_grid(args.grid)}
     if not grid:
         parser.error("give --preset or at least one --grid KEY=V1,V2")
-    keys = list(grid)
-    cells = [dict(zip(keys, values)) for values in itertools.product(*grid.values())]
-    if "num_groups" in grid:
-        hidden = hidden_size(recipe_args)
-        skipped = sorted({cell["num_groups"] for cell in cells if hidden % int(cell["num_groups"])}, key=int)
-        if skipped:
-            print(f"skipping num_groups {', '.join(skipped)}: they do not divide the hidden size {hidden}")
-        cells = [cell for cell in cells if not hidden % int(cell["num_groups"])]
-
-    rows = []
-    for cell in cells:
-        name = "-".join(f"{key}_{value}" for key, value in cell.items())
-        flags = [token for key, value in cell.items() for token in (f"--{key}", value)]
-        records = [run_seed(args.recipe, seed, Path(args.output_root) / name / f"seed{seed}", recipe_args + flags)
-                   for seed in args.seeds]
-        devs = [best_dev(Path(args.output_root) / name / f"seed{seed}") for seed in args.seeds]
-        scores = [statistics.mean(record["sts"][task] for record in records) for task in TASKS]
-        label = ", ".join(f"{key}={value}" for key, value in cell.items())
-        rows.append(f"| {label} | {statistics.mean(devs):.2f} | " + " | ".join(f"{s:.2f}" for s in scores) + " |")
-
+    rows = [cell_row(cell, args, recipe_args) for cell in grid_cells(grid, recipe_args)]
     command = shlex.join(sys.argv[1:] if argv is None else argv)
     lines = [
         f"Command: `python benchmarks/whitenedcse_ablation.py {command}`",
         f"(seeds {' '.join(map(str, args.seeds))}; mean over seeds; STS-B dev = best dev Spearman, the selection "
         "metric)",
         "",
-        "| cell | STS-B dev | " + " | ".join(SHORT.get(t, t) for t in TASKS) + " |",
+        "| cell | STS-B dev | " + " | ".join(STS_SHORT_NAMES.get(t, t) for t in TASKS) + " |",
         "|---|---:|" + "---:|" * len(TASKS),
         *rows,
     ]

@@ -183,3 +183,18 @@ def test_gpu_check_runs_its_steps_on_the_cpu_and_writes_one_results_file(minilm_
     assert sorted(path.name for path in tmp_path.iterdir()) == ["gpu_check.md", "gpu_throughput.log",
                                                                 "gradient_cache.log", "tests.log",
                                                                 "token_budget.log"]
+
+
+def test_every_benchmark_script_imports():
+    """Each script of benchmarks/ imports as `python benchmarks/X.py` runs it (the folder first on the path): a name
+    it takes from a sibling or from csekit that is gone fails here, not on the machine that runs it next."""
+    import subprocess
+    import sys
+
+    names = sorted(path.stem for path in (REPO_ROOT / "benchmarks").glob("*.py"))
+    code = ("import importlib, sys\n"
+            f"sys.path.insert(0, {str(REPO_ROOT / 'benchmarks')!r})\n"
+            f"for name in {names!r}:\n"
+            "    importlib.import_module(name)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
