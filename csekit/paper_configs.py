@@ -49,9 +49,14 @@ class PaperConfig:
                 f"accelerate launch -m csekit.recipes.{self.recipe} --config paper/{self.name}")
 
 
-def paper_dir() -> Path:
-    from .trainers.arguments import configs_dir
+def configs_dir() -> Path:
+    """The YAML configurations shipped with the recipes (``recipes/configs`` = ``csekit.recipes/configs``)."""
+    from importlib.resources import files
 
+    return Path(str(files("csekit.recipes") / "configs"))
+
+
+def paper_dir() -> Path:
     return configs_dir() / "paper"
 
 

@@ -124,7 +124,8 @@ class CLSRRecipe:
         return (model_arguments(CLSRConfig), BackboneArguments, CLSRDataArguments, CLSRTrainingArguments)
 
     def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
-        return parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description, prog)
+        return parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description, prog,
+                                 self.method.name)
 
     def check_backbone(self, args, backbone: BackboneArguments) -> tuple:
         """``(path, tokenizer)`` of ``--model_name_or_path``, checked before any work: a folder with weights (only a

@@ -23,8 +23,8 @@ from transformers import BertForMaskedLM, BertModel, RobertaForMaskedLM
 from conftest import REPO_ROOT, tiny_bert_config, tiny_roberta_config
 from csekit.evaluation.sts import STSEvaluator
 from csekit.methods import METHODS
-from csekit.paper_configs import paper_configs, read_paper_config, reproduce_table
-from csekit.trainers.arguments import configs_dir, shipped_configs
+from csekit.paper_configs import configs_dir, paper_configs, read_paper_config, reproduce_table
+from csekit.trainers.arguments import shipped_configs
 from csekit.trainers.data import load_training_dataset
 from csekit.trainers.trainer import ContrastiveTrainer
 

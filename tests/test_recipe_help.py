@@ -46,3 +46,17 @@ def test_train_help_loads_neither_torch_nor_transformers_and_other_versions_rend
     assert max(map(len, live.splitlines())) > 80 and len(live.splitlines()) < 250
     if rendered_with_this_version:
         assert live == shipped
+
+
+@pytest.mark.parametrize("method", list(METHODS), ids=str)
+def test_a_recipes_help_lists_its_own_paper_configs_only(method):
+    """``--config``'s help names the shared configs and the paper configs whose header runs this recipe (their
+    YAML headers, csekit.paper_configs), not another method's."""
+    import re
+
+    from csekit.paper_configs import paper_configs
+
+    text = " ".join(render_help(method).split())
+    shipped = re.search(r"the name of one shipped with csekit \(([^)]*)\)", text).group(1)
+    listed = set(re.findall(r"paper/\w+", shipped))
+    assert listed == {f"paper/{config.name}" for config in paper_configs() if config.recipe == method}

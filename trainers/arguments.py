@@ -36,6 +36,7 @@ from ..data import DATA_DIR_HELP
 from ..errors import DataError, OneLineUsageErrors
 from ..loading import ARGUMENTS_FILE, LOCAL_PATHS, local_paths
 from ..options import FLAG_ALIASES, FLAG_NAMES, positive_int
+from ..paper_configs import configs_dir, paper_configs
 from ..preflight import backbone_table, check_finite_groups, check_training_arguments
 
 
@@ -93,17 +94,15 @@ def config_kwargs(model_args, config_class) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ shipped configs
-def configs_dir() -> Path:
-    """The YAML configurations shipped with the recipes (``recipes/configs`` = ``csekit.recipes/configs``)."""
-    from importlib.resources import files
-
-    return Path(str(files("csekit.recipes") / "configs"))
-
-
-def shipped_configs() -> list:
-    """The names ``--config`` accepts for the YAML files shipped with csekit (``quickstart``, ``paper/...``)."""
+def shipped_configs(recipe: Optional[str] = None) -> list:
+    """The names ``--config`` accepts for the YAML files shipped with csekit (``quickstart``, ``paper/...``); with
+    ``recipe``, the paper configs among them are that recipe's own (their headers' commands run it)."""
     folder = configs_dir()
-    return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
+    names = sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
+    if recipe is None:
+        return names
+    own = {f"paper/{config.name}" for config in paper_configs() if config.recipe == recipe}
+    return [name for name in names if not name.startswith("paper/") or name in own]
 
 
 def resolve_recipe_config(name: str) -> Optional[Path]:
@@ -295,7 +294,7 @@ def yaml_item(parser: argparse.ArgumentParser, path: Path, key: str, action, ite
 
 
 def build_recipe_parser(dataclass_types: tuple, defaults: Optional[dict], description: Optional[str],
-                        prog: Optional[str], show_all: bool) -> RecipeArgumentParser:
+                        prog: Optional[str], show_all: bool, recipe: Optional[str] = None) -> RecipeArgumentParser:
     """The recipe's parser: the dataclasses' flags in titled groups
     ([`group_help`][csekit.trainers.arguments.group_help]), ``--config`` and
     ``--help-all``, with ``defaults`` (the recipe's own, e.g. its output folder) over the dataclass defaults."""
@@ -309,7 +308,7 @@ def build_recipe_parser(dataclass_types: tuple, defaults: Optional[dict], descri
             action.help = f"Turn --{action.dest} off (the same as --{action.dest} false)."
     group_help(parser, dataclass_types, show_all)
     parser.add_argument("--config", default=None, help="YAML file of arguments, or the name of one shipped with csekit "
-                        f"({', '.join(shipped_configs())}); flags on the command line win.")
+                        f"({', '.join(shipped_configs(recipe))}); flags on the command line win.")
     parser.add_argument("--help-all", action="store_true", help="Show every flag, all of transformers' "
                         "TrainingArguments included, and exit.")
     if defaults:
@@ -327,12 +326,13 @@ def pop_config_flag(argv: list) -> Optional[str]:
     return value
 
 
-def read_config_file(parser: argparse.ArgumentParser, dataclass_types: tuple, name: str) -> dict:
+def read_config_file(parser: argparse.ArgumentParser, dataclass_types: tuple, name: str,
+                     recipe: Optional[str] = None) -> dict:
     """The ``{flag: value}`` of a ``--config`` YAML file (a path or a shipped name), each value typed as its flag
     ([`yaml_value`][csekit.trainers.arguments.yaml_value]); anything else is one line through ``parser.error``."""
     path = resolve_recipe_config(name)
     if path is None:
-        parser.error(f"--config {name}: no such file (shipped configs: {', '.join(shipped_configs())})")
+        parser.error(f"--config {name}: no such file (shipped configs: {', '.join(shipped_configs(recipe))})")
     try:
         values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as error:
@@ -370,17 +370,18 @@ def check_sizes(parser: argparse.ArgumentParser, groups: tuple) -> None:
 
 def parse_recipe_args(
     dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
-    description: Optional[str] = None, prog: Optional[str] = None,
+    description: Optional[str] = None, prog: Optional[str] = None, recipe: Optional[str] = None,
 ) -> tuple:
     """Parse ``[--config file.yaml] [--key value ...]``: ``defaults`` (the recipe's own, e.g. its output folder)
     replace the dataclass defaults, YAML values replace those, command-line flags replace YAML.
 
     ``--config`` takes a YAML path, or the name of a configuration shipped with csekit (``quickstart``,
-    ``paper/simcse_bert_base``; see [`resolve_recipe_config`][csekit.trainers.arguments.resolve_recipe_config])."""
+    ``paper/simcse_bert_base``; see [`resolve_recipe_config`][csekit.trainers.arguments.resolve_recipe_config]);
+    its help lists ``recipe``'s own paper configs ([`shipped_configs`][csekit.trainers.arguments.shipped_configs])."""
     argv = list(sys.argv[1:] if argv is None else argv)
     show_all = "--help-all" in argv
     argv = ["--help" if item == "--help-all" else item for item in argv]
-    parser = build_recipe_parser(dataclass_types, defaults, description, prog, show_all)
+    parser = build_recipe_parser(dataclass_types, defaults, description, prog, show_all, recipe)
     known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls)}
     for old, new in FLAG_ALIASES.items():
         if old not in known and new in known:
@@ -390,7 +391,7 @@ def parse_recipe_args(
             argv = renamed
     config = pop_config_flag(argv)
     if config:
-        parser.set_defaults(**read_config_file(parser, dataclass_types, config))
+        parser.set_defaults(**read_config_file(parser, dataclass_types, config, recipe))
     # the outputs also hold the namespace of --config (declared only for --help) and the leftover strings
     try:
         *outputs, remaining = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
@@ -458,7 +459,7 @@ def write_arguments(output_dir, **groups) -> None:
 
 __all__ = [
     "COMMON_TRAINING_FLAGS", "CSETrainingArguments", "ContrastiveDataArguments", "DataArguments",
-    "RecipeArgumentParser", "build_recipe_parser", "config_fields", "config_kwargs", "configs_dir",
+    "RecipeArgumentParser", "build_recipe_parser", "config_fields", "config_kwargs",
     "docstring_arguments", "model_arguments", "parse_recipe_args", "read_config_file", "resolve_recipe_config",
     "setup_record", "shipped_configs", "write_arguments",
 ]

@@ -98,7 +98,7 @@ class TrainingRecipe:
     def parse(self, argv: Optional[list] = None, prog: Optional[str] = None) -> tuple:
         """``(model_args, data_args, training_args, extra_args or None)`` from ``argv`` (YAML + flags)."""
         parsed = parse_recipe_args(self.argument_types(), argv, {"output_dir": self.output_dir}, self.description,
-                                   prog)
+                                   prog, self.method.name)
         data_args, training_args = parsed[1], parsed[2]
         data_args.padding_free, data_args.layout_reason = training_layout(data_args.padding_free, training_args)
         if data_args.pad_to_multiple_of is not None and data_args.pad_to_multiple_of < 1:
