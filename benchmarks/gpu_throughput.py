@@ -514,6 +514,11 @@ def new_record(args, argv, device, precision) -> dict:
     }
 
 
+def trainer_warmup(args) -> int:
+    """The untimed first steps of a ``Trainer.train()`` run: ``--warmup``, leaving at least one step timed."""
+    return max(min(args.warmup, args.trainer_steps - 1), 0)
+
+
 def timing_jobs(args, record, folder, config, inputs, output_dir) -> list:
     """``[(name, job)]``: the bare steps of each method (packed and padded, or compiled per mode),
     sentence-transformers' with ``--st``, and the ``Trainer.train()`` runs with ``--trainer-steps``."""
@@ -533,7 +538,7 @@ def timing_jobs(args, record, folder, config, inputs, output_dir) -> list:
             for packed in ((False,) if args.compile else (True, False))]
     jobs += [(NAMES["st"], lambda: bare_steps("st", mode=modes[0]))] if args.st else []
     if args.trainer_steps:
-        steps, warmup, bf16 = args.trainer_steps, min(args.warmup, args.trainer_steps - 1), precision == "bf16"
+        steps, warmup, bf16 = args.trainer_steps, trainer_warmup(args), precision == "bf16"
         jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(
             folder, data_file, steps, warmup, device, bf16, flags))
             for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS)]
@@ -573,7 +578,7 @@ def run_all(args, argv) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         config = save_random_encoder(model_config, args.size, folder)
         record["model"] = {"layers": config.num_hidden_layers, "hidden": config.hidden_size}
-        trainer_steps = args.trainer_steps - min(args.warmup, max(args.trainer_steps - 1, 0))
+        trainer_steps = args.trainer_steps - trainer_warmup(args)  # the timed steps of a Trainer.train() run
         for name, job in timing_jobs(args, record, folder, config, inputs, output_dir):
             run_job(name, job, record, device, trainer_steps)
             write_record(record, output_dir)  # a command stopped by a time limit keeps what it measured
