@@ -22,8 +22,9 @@ torch.compile's compilations) are untimed. ``--compile`` times ``torch.compile(m
 same sentences and the same optimizer.
 
 Every csekit method runs twice: on packed batches (``--padding_free true``, the recipes' CPU default: the layers run
-on real tokens only) and on padded ones (``--padding_free false``, the GPU default); compiled, padded only (a packed
-step recompiles for every batch layout).
+on real tokens only) and on padded ones (``--padding_free false``, the GPU default); compiled, padded per
+``--compile-modes`` and packed in the default mode (its row length varies by batch, so CUDA graphs would be
+re-recorded for every length).
 
 Reported per run: step time (median, min-max), steps/s, positions/s (the token positions the encoder's layers
 run on: 2 views x 64 x padded length when padded, the real tokens when packed) and real tokens/s, FLOPs per step
@@ -112,6 +113,8 @@ TARGET_EPOCH_SECONDS = 150  # the target: one wiki1m epoch of SimCSE bert-base i
 # --trainer-steps: the recipe's defaults (padded on a GPU), then the packed layout
 TRAINER_VARIANTS = [("(recipe defaults)", []), ("--padding_free true", ["--padding_free", "true"])]
 COMPILED_TRAINER_VARIANTS = [("--torch_compile true", ["--torch_compile", "true"]),
+                             ("--torch_compile true --padding_free true",
+                              ["--torch_compile", "true", "--padding_free", "true"]),
                              ("--torch_compile true --torch_compile_mode reduce-overhead",
                               ["--torch_compile", "true", "--torch_compile_mode", "reduce-overhead"])]
 BERT_BASE = "bert-base-uncased-tokenizer"
@@ -267,8 +270,8 @@ def simcse_formula_flops(model, batch) -> float:
         sequences, length = batch["input_ids"][..., 0].numel(), batch["input_ids"].shape[-1]
         tokens, pairs = sequences * length, sequences * length**2
     else:
-        blocks = PackedSequences.from_lengths(lengths).blocks
         sequences, tokens = lengths.numel(), batch["input_ids"].numel()
+        blocks = PackedSequences.of_batch(lengths, batch.get("attention_mask"), tokens).blocks  # as the step does
         pairs = sum(count * longest**2 for _, count, longest, _ in blocks)
     attention = 12 * encoder_config.num_hidden_layers * encoder_config.hidden_size * pairs
     return 6 * matmul_weights * tokens + attention + 6 * head_weights * sequences
@@ -535,7 +538,7 @@ def timing_jobs(args, record, folder, config, inputs, output_dir) -> list:
     modes = [m.strip() for m in args.compile_modes.split(",")] if args.compile else [None]
     jobs = [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed, mode=mode:
              bare_steps(key, packed, mode)) for mode in modes for key in methods
-            for packed in ((False,) if args.compile else (True, False))]
+            for packed in ((True, False) if mode is None else (False, True) if mode == "default" else (False,))]
     jobs += [(NAMES["st"], lambda: bare_steps("st", mode=modes[0]))] if args.st else []
     if args.trainer_steps:
         steps, warmup, bf16 = args.trainer_steps, trainer_warmup(args), precision == "bf16"

@@ -9,9 +9,10 @@ loss, AdamW and clipping), batch 64 x 2 views, max length 32, real wiki1m senten
 sentence-transformers' MNRL on the same encoder, head and sentences. Per step, over ``--batches`` batches:
 
 * **aten ops**: the operators dispatched below autograd (a ``TorchDispatchMode``), forward + loss + backward +
-  optimizer step: on a GPU, about one kernel launch each. A compiled step is counted with ``torch.compile``'s
-  ``aot_eager`` backend, which runs the traced graph op by op: the same count, since what a GPU saves by compiling
-  is fusing those ops into fewer kernels, which only a GPU compiler (inductor) does.
+  optimizer step: on a GPU, about one kernel launch each. A compiled step is counted inside its traced forward and
+  backward graphs, run op by op as ``aot_eager`` runs them (``counting_backend``), plus the eager step's ops outside
+  them (clipping, AdamW): what a GPU saves beyond that by compiling is fusing those ops into fewer kernels, which
+  only a GPU compiler (inductor) does.
 * **host reads**: the ops whose value Python reads back (``.item()``, ``int()``/``bool()`` of a tensor,
   ``nonzero``, ``equal``): on a GPU each waits for the device to finish everything queued.
 * **graphs and graph breaks** of ``torch.compile`` on the step's forward + loss, and its **compilations** over
@@ -22,6 +23,7 @@ import argparse
 import shlex
 import sys
 import tempfile
+from typing import Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -48,14 +50,50 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def counted(run, batches) -> dict:
-    """Mean aten ops and host reads per step of ``run`` over ``batches`` (one untimed step first)."""
+def counting_backend(counter: OpCounter):
+    """A ``torch.compile`` backend that runs the traced forward and backward graphs op by op (``aot_eager``'s
+    execution) with ``counter`` counting inside them. A dispatch mode around a compiled call would not do: dynamo
+    then runs the frame eagerly, so the count would be the eager step's."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compiler(graph, example_inputs):
+        def run(*args):
+            with counter:
+                return graph(*args)
+
+        return make_boxed_func(run)
+
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)
+
+
+def per_step(counter: OpCounter, steps: int) -> dict:
+    return {"aten_ops": counter.ops / steps, "host_reads": counter.host_reads / steps}
+
+
+def counted(run, batches, graph_counter: Optional[OpCounter] = None) -> dict:
+    """Mean aten ops and host reads per step of ``run`` over ``batches`` (one untimed step first). A compiled run
+    (built with ``counting_backend(graph_counter)``) adds to the ops inside its graphs those outside them
+    (clipping, AdamW, ``zero_grad``): the eager step's, less the eager forward + loss + backward's."""
     run.step(batches[0])
-    counter = OpCounter()
-    with counter:
+    if graph_counter is None:
+        counter = OpCounter()
+        with counter:
+            for batch in batches:
+                run.step(batch)
+        return per_step(counter, len(batches))
+    graph_counter.ops = graph_counter.host_reads = 0
+    for batch in batches:
+        run.step(batch)
+    whole, forward_backward = OpCounter(), OpCounter()
+    with whole:
         for batch in batches:
-            run.step(batch)
-    return {"aten_ops": counter.ops / len(batches), "host_reads": counter.host_reads / len(batches)}
+            run.eager_step(batch)
+    with forward_backward:
+        for batch in batches:
+            run.forward_loss(batch).backward()
+    inside, outside = per_step(graph_counter, len(batches)), per_step(whole, len(batches))
+    return {key: inside[key] + outside[key] - value for key, value in per_step(forward_backward, len(batches)).items()}
 
 
 def compile_stats(run, batches) -> dict:
@@ -108,12 +146,18 @@ def main(argv=None) -> dict:
                                                  padding_free=True)),
             ("SimCSE padded, --torch_compile (lengths padded to 32)", lambda: csekit_run(
                 "simcse", folder, "base", device, "fp32", "default", feature_batches, padding_free=False,
-                backend="aot_eager")),
+                backend=counting_backend(graph_counter))),
+            ("SimCSE packed, --torch_compile (layout padded to 32)", lambda: csekit_run(
+                "simcse", folder, "base", device, "fp32", "default", feature_batches, padding_free=True,
+                backend=counting_backend(graph_counter))),
             ("sentence-transformers MNRL", lambda: st_run(folder, config, device, "fp32", None, feature_batches)),
         ):
             print(f"counting {name} ...", flush=True)
+            graph_counter = OpCounter()
             run = make()
-            row = {"name": name, **counted(run, run.batches), **compile_stats(run, run.batches)}
+            compiled = "--torch_compile" in name
+            row = {"name": name, **counted(run, run.batches, graph_counter if compiled else None),
+                   **compile_stats(run, run.batches)}
             rows.append(row)
             print(f"  {row}", flush=True)
     command = f"python benchmarks/step_ops.py {shlex.join(argv if argv is not None else sys.argv[1:])}"

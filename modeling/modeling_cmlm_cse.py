@@ -194,6 +194,7 @@ class CMLMAuxiliaryNetwork(nn.Module):
         mlm_labels: torch.Tensor,
         token_type_ids: Optional[torch.Tensor] = None,
         sequence_lengths: Optional[torch.Tensor] = None,
+        layout: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Conditional-MLM loss.
 
@@ -204,6 +205,8 @@ class CMLMAuxiliaryNetwork(nn.Module):
             mlm_labels: original token ids on masked positions, ``-100`` elsewhere; ``mlm_input_ids``' shape.
             token_type_ids: optional ``(B, T)``.
             sequence_lengths: ``(B,)`` token counts of a packed row (``packing.py``).
+            layout: ``(B, T)`` the padded batch's attention mask of a packed row (its width lays the row out with no
+                host read: [`of_batch`][csekit.modeling.packing.PackedSequences.of_batch]).
         Returns:
             scalar cross-entropy, mean over the masked positions (0 with a gradient path if none is masked).
         """
@@ -211,7 +214,7 @@ class CMLMAuxiliaryNetwork(nn.Module):
             extractor_inputs = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             fusion_inputs = {}
         else:  # a packed row: the extractor's and the fusioner's attention stay within each sentence
-            packed = PackedSequences.from_lengths(sequence_lengths)
+            packed = PackedSequences.of_batch(sequence_lengths, layout, mlm_input_ids.shape[-1])
             fusion_inputs = packed.attention_kwargs()
             extractor_inputs = {"position_ids": (packed.positions + position_offset(self.extractor))[None],
                                 **fusion_inputs}
@@ -294,7 +297,7 @@ class CMLMCSEForPreTraining(SentenceEncoderForTraining, CMLMCSEModel):
             lengths, mask, token_types = inputs["sequence_lengths"], inputs["attention_mask"], inputs["token_type_ids"]
             if lengths is not None:
                 mlm_loss = self.auxiliary(output.embeddings[:, 0], mlm_input_ids, None, mlm_labels,
-                                          sequence_lengths=lengths[:, 0])
+                                          sequence_lengths=lengths[:, 0], layout=None if mask is None else mask[:, 0])
             else:
                 mask = torch.ones_like(mlm_input_ids) if mask is None else mask[:, 0]
                 mlm_loss = self.auxiliary(output.embeddings[:, 0], mlm_input_ids, mask, mlm_labels,

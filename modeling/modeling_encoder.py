@@ -258,14 +258,16 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         return pool(self.config.pooler_type, layers, hidden_states, attention_mask, static, token_weights)
 
     def pool_packed(self, input_ids: torch.Tensor, sequence_lengths: torch.Tensor,
-                    encoder: Optional[nn.Module] = None) -> torch.Tensor:
+                    encoder: Optional[nn.Module] = None, layout: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Run the encoder on a packed ``(1, N)`` row of ``sequence_lengths.numel()`` sentences (see ``packing.py``)
         and pool to ``(sentences, hidden)``. The positions restart at every sentence (from the backbone's own first
         position id), the boundaries reach the attention function through the backbone's ``**kwargs``, and the
         layers the pooler reads are scattered back to the padded layout for the same
         [`pool`][csekit.modeling.modeling_encoder.pool]. Token type ids
-        are the backbone's default zeros, as a tokenizer gives them for single sentences."""
-        packed = PackedSequences.from_lengths(sequence_lengths)
+        are the backbone's default zeros, as a tokenizer gives them for single sentences. ``layout``: the padded
+        batch's attention mask, whose width lets a compiled or accelerated step lay the row out with no host read
+        ([`of_batch`][csekit.modeling.packing.PackedSequences.of_batch])."""
+        packed = PackedSequences.of_batch(sequence_lengths, layout, input_ids.shape[-1])
         layers = self.pooling_layers
         encoder = encoder or self.encoder
         position_ids = (packed.positions + position_offset(encoder))[None]
@@ -284,7 +286,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         encoder: Optional[nn.Module] = None,
     ) -> torch.Tensor:
         """Pooled ``(batch[, views], hidden)`` vectors of a padded ``(batch[, views], seq_len)`` batch or, given
-        ``sequence_lengths (batch, views)``, of a packed ``(1, N)`` row.
+        ``sequence_lengths (batch, views)``, of a packed ``(1, N)`` row (whose ``attention_mask``, when given, is the
+        padded batch's: ``(batch, views, seq_len)``).
 
         Padded views of different lengths (supervised columns: premise, entailment, contradiction) are encoded
         one view at a time, each cut to its own longest sentence, as sentence-transformers pads each column: the
@@ -294,7 +297,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         if sequence_lengths is not None:
             if token_weights is not None:
                 raise ValueError("token_weights are not supported for packed batches")
-            return self.pool_packed(input_ids, sequence_lengths, encoder).reshape(*sequence_lengths.shape, -1)
+            return self.pool_packed(input_ids, sequence_lengths, encoder, attention_mask).reshape(
+                *sequence_lengths.shape, -1)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         inputs = (input_ids, attention_mask, token_type_ids, token_weights)
@@ -346,19 +350,22 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         if [end for _, end in bounds[:-1]] != [start for start, _ in bounds[1:]] or (
                 bounds[0][0], bounds[-1][1]) != (0, batch) or any(end <= start for start, end in bounds):
             raise ValueError(f"chunks {bounds} do not cut a batch of {batch} into consecutive non-empty ranges")
+        by_rows = {name: value for name, value in inputs.items() if value is not None and name != "input_ids"}
         if lengths is None:
-            for name, value in inputs.items():
-                if value is not None and value.shape[0] != batch:
-                    raise ValueError(f"cannot cut {name} {tuple(value.shape)} into chunks of a batch of {batch}")
-            return [{name: None if value is None else value[start:end] for name, value in inputs.items()}
-                    for start, end in bounds]
-        unknown = sorted(name for name, value in inputs.items()
-                         if value is not None and name not in ("input_ids", "sequence_lengths"))
-        if unknown:
-            raise ValueError(f"cannot cut {', '.join(unknown)} of a packed batch into chunks")
-        offsets = [0, *lengths.sum(dim=1).cumsum(0).tolist()]
-        return [{"input_ids": inputs["input_ids"][:, offsets[start] : offsets[end]],
-                 "sequence_lengths": lengths[start:end]} for start, end in bounds]
+            by_rows["input_ids"] = inputs["input_ids"]
+        elif set(by_rows) - {"sequence_lengths", "attention_mask"}:  # (a packed batch's mask is its padded layout)
+            raise ValueError(f"cannot cut {', '.join(sorted(set(by_rows) - {'sequence_lengths', 'attention_mask'}))} "
+                             "of a packed batch into chunks")
+        for name, value in by_rows.items():
+            if value.shape[0] != batch:
+                raise ValueError(f"cannot cut {name} {tuple(value.shape)} into chunks of a batch of {batch}")
+        chunks = [{**dict.fromkeys(inputs), **{name: value[start:end] for name, value in by_rows.items()}}
+                  for start, end in bounds]
+        if lengths is not None:  # the packed row, by the token spans of its examples
+            offsets = [0, *lengths.sum(dim=1).cumsum(0).tolist()]
+            for chunk, (start, end) in zip(chunks, bounds):
+                chunk["input_ids"] = inputs["input_ids"][:, offsets[start] : offsets[end]]
+        return chunks
 
     def chunk_forward(self, **inputs) -> SentenceEmbeddingOutput:
         """The part of the training forward computed sentence by sentence: on a chunk of a batch
@@ -413,7 +420,7 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
             row = torch.tensor([token for ids in token_ids for token in ids], device=device)[None]
             lengths = torch.tensor([[len(ids)] for ids in token_ids], device=device)
             try:
-                packed = self.pool_packed(row, lengths)
+                packed = self.pool_packed(row, lengths, layout=mask)
             except PackingUnsupported as error:
                 restore_attention(previous)
                 return str(error)

@@ -29,7 +29,7 @@ from .configuration_esimcse import ESimCSEConfig
 from .modeling_encoder import SentenceEmbeddingOutput, SentenceEncoderForTraining
 from .modeling_simcse import SimCSEModel
 from .momentum import MomentumEncoder
-from .packing import view_tokens
+from .packing import laid_out_on_device, view_tokens
 
 
 @dataclass
@@ -98,7 +98,11 @@ class ESimCSEForPreTraining(SentenceEncoderForTraining, ESimCSEModel):
     def momentum_keys(self, input_ids, attention_mask=None, token_type_ids=None, sequence_lengths=None) -> tuple:
         """``(keys, vectors)`` of view 0: the momentum encoder's pooled vectors through the trained head (and,
         with Matryoshka sizes, through the inference head; else ``None``)."""
-        if sequence_lengths is not None:  # view 0's sequences of the example-major packed row
+        if sequence_lengths is not None and laid_out_on_device(sequence_lengths, attention_mask):
+            # the whole row, then view 0's vectors: a row cut to view 0's token count (a host read) is not traced
+            pooled = self.pool_views(input_ids, attention_mask, sequence_lengths=sequence_lengths,
+                                     encoder=self.momentum.encoder)[:, 0]
+        elif sequence_lengths is not None:  # view 0's sequences of the example-major packed row
             pooled = self.pool_views(view_tokens(input_ids, sequence_lengths, 0),
                                      sequence_lengths=sequence_lengths[:, :1], encoder=self.momentum.encoder)[:, 0]
         else:

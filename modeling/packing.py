@@ -10,16 +10,24 @@ from the lengths what the encoder needs: position ids that restart for every sen
 LayerNorm, GELU and dropout then see the ``N`` real tokens instead of ``sentences x longest`` positions.
 
 Attention. BERT's mask builder does not derive sentence boundaries from ``position_ids`` (only the causal builder
-does), so [`packed_attention`][csekit.modeling.packing.packed_attention] takes them from the boundaries passed down. On
-CPU, and on GPU without
-flash-attn, it scatters q/k/v into [`ATTENTION_BLOCKS`][csekit.modeling.packing.ATTENTION_BLOCKS] padded ``(sentences,
-heads, longest, dim)`` blocks of
-sentences of similar length, runs one SDPA call per block with its key mask, and gathers the real rows back: a few
-calls for the whole batch, never one per sentence (whose per-call overhead would outweigh what packing saves),
-and not one block padded to the longest sentence (a supervised batch's short hypotheses would pay for its
-premises). Called without boundaries (a padded batch: evaluation, ``encode``) it is transformers' SDPA, so a model
-switched to it still encodes padded batches exactly as before. With ``attn_implementation="flash_attention_2"``
-transformers' own varlen path reads the same ``cu_seq_lens_*`` kwargs.
+does), so [`packed_attention`][csekit.modeling.packing.packed_attention] takes them from the boundaries passed down.
+Without flash-attn it scatters q/k/v into padded ``(sentences, heads, longest, dim)`` blocks, runs one SDPA call per
+block with its key mask, and gathers the real rows back. How the blocks are cut depends on where the step runs
+([`PackedSequences.of_batch`][csekit.modeling.packing.PackedSequences.of_batch]):
+
+* eagerly on the CPU, [`ATTENTION_BLOCKS`][csekit.modeling.packing.ATTENTION_BLOCKS] blocks of sentences of similar
+  length ([`from_lengths`][csekit.modeling.packing.PackedSequences.from_lengths], which reads the lengths on the
+  host): a few calls for the whole batch, never one per sentence (whose per-call overhead would outweigh what
+  packing saves), and not one block padded to the longest sentence (a supervised batch's short hypotheses would pay
+  for its premises);
+* compiled, or on an accelerator, one block at the width of the padded batch's attention mask, which the collator
+  sends along ([`from_layout`][csekit.modeling.packing.PackedSequences.from_layout]): no host read and no shape that
+  depends on the lengths' values, so the step traces into one graph and launches one attention call per layer (a GPU
+  step is bound by its kernel launches, not by the attention's padded positions).
+
+Called without boundaries (a padded batch: evaluation, ``encode``) it is transformers' SDPA, so a model switched to
+it still encodes padded batches exactly as before. With ``attn_implementation="flash_attention_2"`` transformers' own
+varlen path reads the same ``cu_seq_lens_*`` kwargs.
 
 Dropout. The packed path drops exactly the same kind of units as the padded one: each real token's features (and
 each real query-key attention weight) are kept with probability ``1 - p``, independently. Only the layout of the
@@ -67,9 +75,9 @@ class PackingUnsupported(RuntimeError):
 class PackedSequences:
     """Boundaries of the sequences of one packed row, and the maps between the packed layout and padded ones.
 
-    Built once per forward ([`from_lengths`][csekit.modeling.packing.PackedSequences.from_lengths], one host read of
-    the lengths) and handed to every layer's
-    attention through the backbone's ``**kwargs`` (``packed_sequences``), so no layer waits on the device.
+    Built once per forward ([`of_batch`][csekit.modeling.packing.PackedSequences.of_batch]: at most one host read of
+    the lengths, none when compiled or on an accelerator) and handed to every layer's attention through the
+    backbone's ``**kwargs`` (``packed_sequences``), so no layer waits on the device.
     """
 
     lengths: torch.Tensor  # (sentences,) token counts, in packed order
@@ -104,6 +112,36 @@ class PackedSequences:
             block_index=(row_of_sentence[sequence] + positions).to(device), blocks=blocks,
         )
 
+    @classmethod
+    def from_layout(cls, lengths: torch.Tensor, max_length: int, tokens: int) -> "PackedSequences":
+        """The boundaries of a row of ``tokens`` real tokens whose sentences fit a padded layout ``max_length`` long
+        (the padded batch's width, which the collator sends as ``attention_mask``), computed on the device with no
+        host read: every shape is known without the lengths' values, so a compiled step holds it as one graph. The
+        sentences are attended as one block at ``max_length``: one attention call per layer, whatever the lengths."""
+        lengths = lengths.reshape(-1).long()
+        torch._assert_async((lengths <= max_length).all(), "a packed sentence is longer than its padded layout")
+        ends = torch.cumsum(lengths, 0)
+        token = torch.arange(tokens, device=lengths.device)
+        sequence = torch.searchsorted(ends, token, right=True)
+        positions = token - (ends - lengths)[sequence]
+        padded_index = sequence * max_length + positions
+        key_mask = torch.arange(max_length, device=lengths.device) < lengths[:, None]
+        return cls(lengths=lengths, cu_seq_lens=F.pad(ends, (1, 0)).int(), max_length=max_length, positions=positions,
+                   padded_index=padded_index, block_index=padded_index,
+                   blocks=[(0, lengths.shape[0], max_length, key_mask)])
+
+    @classmethod
+    def of_batch(cls, lengths: torch.Tensor, layout: Optional[torch.Tensor], tokens: int) -> "PackedSequences":
+        """A packed batch's boundaries: ``lengths`` its sentences' token counts, ``layout`` the padded batch's
+        attention mask (only its width is read; ``None`` when unknown), ``tokens`` the row's length. On the CPU,
+        eagerly, [`from_lengths`][csekit.modeling.packing.PackedSequences.from_lengths] (blocks of similar lengths:
+        the CPU pays for every padded position and nothing for a host read); compiled or on an accelerator,
+        [`from_layout`][csekit.modeling.packing.PackedSequences.from_layout] (no host read, one attention call per
+        layer: that step is bound by the kernels it launches)."""
+        if laid_out_on_device(lengths, layout):
+            return cls.from_layout(lengths, layout.shape[-1], tokens)
+        return cls.from_lengths(lengths)
+
     @property
     def attention_mask(self) -> torch.Tensor:
         """``(sentences, max_length)`` 1 on real tokens: the padded layout's mask."""
@@ -124,6 +162,14 @@ class PackedSequences:
         tokens = states[0]
         padded = tokens.new_zeros(len(self.lengths) * self.max_length, tokens.shape[-1])
         return padded.index_put((self.padded_index,), tokens).view(len(self.lengths), self.max_length, -1)
+
+
+def laid_out_on_device(lengths: torch.Tensor, layout: Optional[torch.Tensor]) -> bool:
+    """Whether a packed batch is laid out with no host read
+    ([`from_layout`][csekit.modeling.packing.PackedSequences.from_layout]): when its padded layout is known and the
+    step is compiled or runs on an accelerator. Code that would cut a packed row by its lengths' values asks this
+    first."""
+    return layout is not None and (lengths.device.type != "cpu" or torch.compiler.is_compiling())
 
 
 def packed_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):

@@ -198,3 +198,36 @@ def test_every_benchmark_script_imports():
             "    importlib.import_module(name)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_step_ops_counts_a_compiled_step_inside_its_graphs(gpu_throughput):
+    """A compiled step's ops are counted inside its graphs (``counting_backend``): a dispatch mode around the
+    compiled call would make dynamo run the frame eagerly and count the eager step. The eager forward here reads a
+    value on the host (``.item()``) where the traced one does not: only the eager count may show the read."""
+    import step_ops
+    from gpu_throughput import Run
+
+    torch._dynamo.reset()
+    weight = torch.nn.Parameter(torch.ones(4))
+
+    def forward_loss(batch):
+        loss = (weight * batch).square().sum()
+        if not torch.compiler.is_compiling():
+            loss = loss * (loss.item() > -1)
+        return loss
+
+    def step_of(forward):
+        def step(batch):
+            forward(batch).backward()
+            weight.grad = None
+        return step
+
+    batches = [torch.arange(4.0) + i for i in range(3)]
+    graph_counter = step_ops.OpCounter()
+    compiled = torch.compile(forward_loss, backend=step_ops.counting_backend(graph_counter))
+    eager = step_ops.counted(Run("eager", step_of(forward_loss), step_of(forward_loss), batches, 0.0), batches)
+    traced = step_ops.counted(Run("compiled", step_of(compiled), step_of(forward_loss), batches, 0.0,
+                                  forward_loss=forward_loss), batches, graph_counter)
+    torch._dynamo.reset()
+    assert eager["host_reads"] == 1 and traced["host_reads"] == 0
+    assert 0 < traced["aten_ops"] < eager["aten_ops"]

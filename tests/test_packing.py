@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import fixed_masks, tiny_bert_config, tiny_roberta_config
-from csekit.modeling import CMLMCSEConfig, SimCSEConfig, SimCSEModel, WhitenedCSEConfig, WhitenedCSEModel
+from csekit.modeling import CMLMCSEConfig, SimCSEConfig, SimCSEModel, WhitenedCSEConfig, WhitenedCSEModel, packing
 from csekit.modeling.losses import info_nce_loss, multi_positive_info_nce_terms, multi_positive_l1_loss
 from csekit.modeling.modeling_cmlm_cse import CMLMCSEForPreTraining
 from csekit.trainers import CMLMCSECollator, ContrastiveCollator
@@ -39,8 +39,23 @@ def padded_and_packed(lengths: torch.Tensor, pad_token_id: int, seed: int = 0):
     tokens = torch.randint(pad_token_id + 1, 1000, mask.shape, generator=generator)
     input_ids = torch.where(mask.bool(), tokens, torch.full_like(tokens, pad_token_id))
     padded = {"input_ids": input_ids, "attention_mask": mask}
-    packed = {"input_ids": input_ids[mask.bool()][None], "sequence_lengths": lengths}  # example-major order
+    packed = {"input_ids": input_ids[mask.bool()][None], "sequence_lengths": lengths,  # example-major order
+              "attention_mask": mask}  # the padded layout, as the collator sends it
     return padded, packed
+
+
+@pytest.fixture(params=["from lengths", "from layout"])
+def layout(request, monkeypatch):
+    """Each packed batch laid out both ways ``PackedSequences.of_batch`` can: from its lengths' values (the eager CPU
+    step: blocks of similar lengths) and from its padded layout's width with no host read (a compiled step, or any
+    step on an accelerator: one block)."""
+    calls, from_layout = [], packing.PackedSequences.from_layout.__func__
+    if request.param == "from layout":
+        monkeypatch.setattr(packing, "laid_out_on_device", lambda lengths, layout: layout is not None)
+        monkeypatch.setattr(packing.PackedSequences, "from_layout",
+                            classmethod(lambda cls, *args: calls.append(args) or from_layout(cls, *args)))
+    yield request.param
+    assert bool(calls) == (request.param == "from layout")
 
 
 def loss_and_gradients(model, loss_of, batch, seed=0):
@@ -72,7 +87,7 @@ def simcse_loss(output):
 
 @pytest.mark.parametrize("backbone", BACKBONES)
 @pytest.mark.parametrize("pooler_type, pooling_layers", POOLERS)
-def test_simcse_packed_loss_and_gradients_equal_padded(backbone, pooler_type, pooling_layers):
+def test_simcse_packed_loss_and_gradients_equal_padded(backbone, pooler_type, pooling_layers, layout):
     torch.manual_seed(0)
     encoder = backbone_config(backbone)
     model = SimCSEModel(SimCSEConfig(encoder_config=encoder.to_dict(), pooler_type=pooler_type,
@@ -81,7 +96,7 @@ def test_simcse_packed_loss_and_gradients_equal_padded(backbone, pooler_type, po
     assert_same_math(model, simcse_loss, padded, packed)
 
 
-def test_packed_batches_under_gradient_checkpointing_equal_padded():
+def test_packed_batches_under_gradient_checkpointing_equal_padded(layout):
     """``--gradient_checkpointing`` recomputes each layer in the backward pass: the packed boundaries must reach the
     recomputation too."""
     torch.manual_seed(0)
@@ -93,7 +108,7 @@ def test_packed_batches_under_gradient_checkpointing_equal_padded():
 
 
 @pytest.mark.parametrize("backbone", BACKBONES)
-def test_whitenedcse_packed_loss_and_gradients_equal_padded(backbone):
+def test_whitenedcse_packed_loss_and_gradients_equal_padded(backbone, layout):
     torch.manual_seed(0)
     encoder = backbone_config(backbone)
     model = WhitenedCSEModel(WhitenedCSEConfig(encoder_config=encoder.to_dict(), pooler_type="cls", num_groups=16,
@@ -108,7 +123,7 @@ def test_whitenedcse_packed_loss_and_gradients_equal_padded(backbone):
 
 
 @pytest.mark.parametrize("backbone", BACKBONES)
-def test_cmlm_cse_packed_loss_and_gradients_equal_padded(backbone):
+def test_cmlm_cse_packed_loss_and_gradients_equal_padded(backbone, layout):
     torch.manual_seed(0)
     encoder = backbone_config(backbone, num_hidden_layers=3)
     model = CMLMCSEForPreTraining(CMLMCSEConfig(encoder_config=encoder.to_dict(), pooler_type="avg",
@@ -130,7 +145,7 @@ def test_cmlm_cse_packed_loss_and_gradients_equal_padded(backbone):
 
 
 @pytest.mark.parametrize("backbone", BACKBONES)
-def test_packed_positions_restart_at_every_sentence(backbone):
+def test_packed_positions_restart_at_every_sentence(backbone, layout):
     """The position embeddings of a packed row are looked up, for every sentence, at the ids the backbone numbers a
     sentence's tokens with: 0, 1, ... for BERT, padding_idx + 1, ... for RoBERTa."""
     encoder = backbone_config(backbone)
@@ -151,7 +166,8 @@ def test_packed_collator_holds_the_padded_collators_tokens(tokenizer):
                                                                                  sentences[2:] + sentences)]):
         padded = ContrastiveCollator(tokenizer, max_length=8)(features)
         packed = ContrastiveCollator(tokenizer, max_length=8, padding_free=True)(features)
-        assert set(packed) == {"input_ids", "sequence_lengths"}
+        assert set(packed) == {"input_ids", "sequence_lengths", "attention_mask"}
+        assert torch.equal(packed["attention_mask"], padded["attention_mask"])  # the padded batch's layout
         assert torch.equal(packed["sequence_lengths"], padded["attention_mask"].sum(-1))
         assert torch.equal(packed["input_ids"][0], padded["input_ids"][padded["attention_mask"].bool()])
 

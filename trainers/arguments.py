@@ -149,11 +149,11 @@ class ContrastiveDataArguments(DataArguments):
     max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
     padding_free: Optional[bool] = field(default=None, metadata={
         "help": "Pack each batch's real tokens into one row, no padding (same math, less work); false pads. Default: "
-                "packed on the CPU, padded on a GPU and under --torch_compile (faster there: docs/training.md)."})
+                "packed on the CPU, padded on a GPU (faster there: docs/training.md), compiled or not."})
     pad_to_multiple_of: Optional[int] = field(default=None, metadata={
-        "help": "Pad each padded batch's length to a multiple of N, so a compiled step meets few shapes (CUDA graphs "
-                "need fixed ones). Default: --max_seq_length under --torch_compile (one shape), else the batch's "
-                "longest sentence."})
+        "help": "Pad each padded batch's length (a packed batch's layout width) to a multiple of N, so a compiled "
+                "step meets few shapes (CUDA graphs need fixed ones). Default: --max_seq_length under --torch_compile "
+                "(one shape), else the batch's longest sentence."})
     eval_sickr: bool = field(default=False, metadata={"help": "Also score SICK-R trial during training."})
 
 

@@ -38,6 +38,20 @@ def text_id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(str(text).encode(), digest_size=8).digest(), "little") >> 1
 
 
+def packed_batch(sequences: list, num_views: int, pad_to_multiple_of: Optional[int] = None) -> dict:
+    """A packed batch (``modeling/packing.py``) of token-id lists stored example-major (each example's ``num_views``
+    sequences back to back): ``input_ids (1, N)``, their real tokens in one row; ``sequence_lengths (batch, views)``;
+    and ``attention_mask (batch, views, seq_len)``, the mask the padded batch would have (padded to a multiple of
+    ``pad_to_multiple_of``), whose width lets a compiled step lay the row out with no host read."""
+    lengths = torch.tensor([len(sequence) for sequence in sequences]).view(-1, num_views)
+    width = int(lengths.max()) if lengths.numel() else 0
+    if pad_to_multiple_of:
+        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+    return {"input_ids": torch.tensor([token for sequence in sequences for token in sequence]).unsqueeze(0),
+            "sequence_lengths": lengths,
+            "attention_mask": (torch.arange(width) < lengths[..., None]).long()}
+
+
 @dataclass
 class ContrastiveCollator:
     """Tokenize each example into ``views`` sentences: ``(batch, views, seq_len)`` tensors.
@@ -119,8 +133,8 @@ class ContrastiveCollator:
                               pad_to_multiple_of=self.pad_to_multiple_of)
 
     def pack(self, views: list) -> dict:
-        """``{"input_ids": (1, N), "sequence_lengths": (batch, views)}``: the views' tokens (truncated at
-        ``max_length``), with no padding and so no attention mask."""
+        """The views' tokens (truncated at ``max_length``) as one packed row
+        ([`packed_batch`][csekit.trainers.collators.packed_batch])."""
         batch_size, num_views = len(views[0]), len(views)
         if all(texts is views[0] for texts in views):  # unsupervised, no augmentation: tokenize once
             tokens = [self.token_ids(views[0])] * num_views
@@ -128,10 +142,7 @@ class ContrastiveCollator:
             flat = self.token_ids([text for texts in views for text in texts])
             tokens = [flat[view * batch_size : (view + 1) * batch_size] for view in range(num_views)]
         sequences = [tokens[view][example] for example in range(batch_size) for view in range(num_views)]
-        return {
-            "input_ids": torch.tensor([token for sequence in sequences for token in sequence]).unsqueeze(0),
-            "sequence_lengths": torch.tensor([len(sequence) for sequence in sequences]).view(batch_size, num_views),
-        }
+        return packed_batch(sequences, num_views, self.pad_to_multiple_of)
 
     def token_ids(self, texts: list) -> list:
         return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]

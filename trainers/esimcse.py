@@ -17,7 +17,7 @@ import torch
 from ..errors import DataError
 from ..modeling import ESimCSEConfig
 from ..modeling.losses import info_nce_loss
-from .collators import TEXT_IDS, ContrastiveCollator, text_id
+from .collators import TEXT_IDS, ContrastiveCollator, packed_batch, text_id
 from .simcse import SimCSETrainer
 
 
@@ -95,8 +95,7 @@ class ESimCSECollator(ContrastiveCollator):
     def pack_ids(self, views: list) -> dict:
         """The views' token ids as one packed row (``modeling/packing.py``), example-major."""
         sequences = [view[example] for example in range(len(views[0])) for view in views]
-        return {"input_ids": torch.tensor([token for sequence in sequences for token in sequence]).unsqueeze(0),
-                "sequence_lengths": torch.tensor([len(sequence) for sequence in sequences]).view(-1, len(views))}
+        return packed_batch(sequences, len(views), self.pad_to_multiple_of)
 
 
 class ESimCSETrainer(SimCSETrainer):

@@ -236,20 +236,23 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
 
 
 def training_layout(padding_free: Optional[bool], training_args) -> tuple:
-    """``(packed, why)``: ``--padding_free`` as given, else packed on the CPU and padded on a GPU or under
-    ``--torch_compile``. Packing saves the CPU the padding's work; on a GPU the padded step is faster at the papers'
-    lengths (its kernels are few and large: docs/training.md), and a compiled step would recompile the packed
-    attention for every batch layout, so --torch_compile always pads."""
-    if training_args.torch_compile:
-        if padding_free:
-            logger.info("--padding_free is off under --torch_compile: the packed attention would recompile for every "
-                        "batch layout")
-        return False, "--torch_compile pads: a packed layout would recompile every batch"
+    """``(packed, why)``: ``--padding_free`` as given, else packed on the CPU and padded on a GPU. Packing saves the
+    CPU the padding's work; on a GPU the padded step is faster at the papers' lengths (its kernels are few and large:
+    docs/training.md). Compiled or not: a packed step compiles as one graph too (``PackedSequences.of_batch``)."""
     if padding_free is not None:
         return padding_free, f"--padding_free {str(padding_free).lower()}"
     if training_args.device.type == "cuda":
         return False, "the default on a GPU, where the padded step is faster"
     return True, "the default on the CPU"
+
+
+def describe_step(training_args, data_args, packed: bool) -> str:
+    """The first log line of training: which step runs (compiled or eager, packed or padded, the padded width) and
+    why."""
+    width = data_args.pad_to_multiple_of
+    return (f"training step: {'compiled (--torch_compile)' if training_args.torch_compile else 'eager'}, "
+            f"{'packed' if packed else 'padded'} batches ({getattr(data_args, 'layout_reason', '--padding_free')})"
+            + (f", {'the packed layout' if packed else 'lengths'} padded to a multiple of {width}" if width else ""))
 
 
 def build_trainer(recipe: TrainingRecipe, run: CheckedRun, model_args, data_args, training_args, extra_args=None):
@@ -262,11 +265,8 @@ def build_trainer(recipe: TrainingRecipe, run: CheckedRun, model_args, data_args
                         "Linear chain over the pooler, so their first coordinates cannot be trained as they are used; "
                         "choose an inference representation without whitening")
     collator = recipe.collator(run.tokenizer, model, data_args, extra_args)
-    packed = getattr(collator, "padding_free", False)  # (a backbone that cannot pack was logged by the collator)
-    logger.info("training step: %s, %s batches (%s)%s", "compiled (--torch_compile)" if training_args.torch_compile
-                else "eager", "packed" if packed else "padded", getattr(data_args, "layout_reason", "--padding_free"),
-                f", lengths padded to a multiple of {data_args.pad_to_multiple_of}"
-                if data_args.pad_to_multiple_of and not packed else "")
+    # (a backbone that cannot pack was logged by the collator)
+    logger.info("%s", describe_step(training_args, data_args, getattr(collator, "padding_free", False)))
     if hasattr(collator, "draws"):  # its random draws derive from the run's seed (randomness.py)
         collator.draws.seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
     collator.text_ids = training_args.duplicate_negatives == "mask"
