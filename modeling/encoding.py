@@ -66,6 +66,29 @@ def deduplicate(texts: Sequence[str]) -> Tuple[list, list]:
     return list(rows), positions
 
 
+class BatchCache:
+    """The tokenized batches (on their device) of the last sentence list that
+    [`encode_sentences`][csekit.modeling.encoding.encode_sentences] encoded with this cache, for the next call with
+    the same sentences, tokenizer, batch size and length: an evaluation repeated every few training steps tokenizes
+    its sentences once. One list is kept; another replaces it."""
+
+    def __init__(self):
+        self.key, self.batches = None, None
+
+
+def length_sorted_batches(tokenizer, sentences: list, batch_size: int, max_length: Optional[int],
+                          device: Optional[torch.device]) -> Iterator[tuple]:
+    """``(rows, tokenized batch)`` of ``sentences``, longest first (``rows``: their indices in ``sentences``), each
+    batch tokenized when it is reached and moved to ``device``."""
+    truncation = dict(truncation=True, max_length=max_length) if max_length else dict(truncation=True)
+    lengths = np.asarray(tokenizer(sentences, add_special_tokens=True, return_length=True, **truncation)["length"])
+    order = np.argsort(-lengths, kind="stable")
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        batch = tokenizer([sentences[i] for i in index], padding=True, return_tensors="pt", **truncation)
+        yield index, batch if device is None else batch.to(device)
+
+
 def encode_sentences(
     embed_batch: Callable[[dict], torch.Tensor],
     tokenizer,
@@ -75,6 +98,7 @@ def encode_sentences(
     device: Optional[torch.device] = None,
     show_progress_bar: Optional[bool] = None,
     desc: Optional[str] = None,
+    cache: Optional[BatchCache] = None,
 ) -> torch.Tensor:
     """Encode sentences in batches sorted by token length, returning vectors in the input order.
 
@@ -92,6 +116,7 @@ def encode_sentences(
             batches.
         desc: the bar's title; default the [`encoding_label`][csekit.modeling.encoding.encoding_label] in force, else
             ``"Encoding"``.
+        cache: a [`BatchCache`][csekit.modeling.encoding.BatchCache] holding, or to hold, these sentences' batches.
     Returns:
         ``(len(sentences), hidden)`` float32 tensor on CPU.
     """
@@ -100,19 +125,19 @@ def encode_sentences(
     sentences = list(sentences)
     if not sentences:
         raise ValueError("encode got an empty list of sentences")
+    key = (tokenizer, tuple(sentences), batch_size, max_length, device)
+    cached = cache is not None and cache.key == key
     sentences, positions = deduplicate(sentences)
-    truncation = dict(truncation=True, max_length=max_length) if max_length else dict(truncation=True)
-    lengths = np.asarray(tokenizer(sentences, add_special_tokens=True, return_length=True, **truncation)["length"])
-    order = np.argsort(-lengths, kind="stable")
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = cache.batches if cached else length_sorted_batches(tokenizer, sentences, batch_size, max_length, device)
+    if cache is not None and not cached:
+        batches = list(batches)
+        cache.key, cache.batches = key, batches
+    count = math.ceil(len(sentences) / batch_size)
     if show_progress_bar is None:
-        show_progress_bar = len(batches) > 10
+        show_progress_bar = count > 10
     output = None
     with torch.inference_mode():
-        for index in progress(batches, desc=desc, disable=not show_progress_bar):
-            batch = tokenizer([sentences[i] for i in index], padding=True, return_tensors="pt", **truncation)
-            if device is not None:
-                batch = batch.to(device)
+        for index, batch in progress(batches, desc=desc, disable=not show_progress_bar, total=count):
             vectors = embed_batch(dict(batch)).float().cpu()
             if output is None:
                 output = torch.empty(len(sentences), vectors.shape[-1])

@@ -10,7 +10,7 @@ from transformers.utils import ModelOutput
 from transformers.utils import logging as transformers_logging
 
 from .configuration_encoder import SentenceEncoderConfig
-from .encoding import encode_sentences
+from .encoding import BatchCache, encode_sentences
 from .packing import (
     PackedSequences,
     PackingUnsupported,
@@ -457,9 +457,12 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         max_length: Optional[int] = None,
         show_progress_bar: Optional[bool] = None,
         desc: Optional[str] = None,
+        cache: Optional[BatchCache] = None,
     ) -> torch.Tensor:
         """Run ``embed_batch`` (tokenized batch -> ``(batch, d)``) over ``sentences`` in eval mode, in length-sorted
-        batches; returns ``(len(sentences), d)`` float32 on CPU in the input order."""
+        batches; returns ``(len(sentences), d)`` float32 on CPU in the input order. ``cache``: keeps the tokenized
+        batches for the next call with the same sentences
+        ([`BatchCache`][csekit.modeling.encoding.BatchCache])."""
         was_training = self.training
         self.eval()
         try:
@@ -472,6 +475,7 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
                 device=self.device,
                 show_progress_bar=show_progress_bar,
                 desc=desc,
+                cache=cache,
             )
         finally:
             self.train(was_training)

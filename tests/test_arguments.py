@@ -53,6 +53,57 @@ def test_encode_sentences_encodes_each_distinct_sentence_once(tokenizer):
     assert vectors[:, 0].tolist() == alone
 
 
+class CountingTokenizer:
+    """A tokenizer that counts its calls (each a pass over sentences on the host)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls = tokenizer, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.tokenizer(*args, **kwargs)
+
+
+def test_a_batch_cache_tokenizes_a_repeated_sentence_list_once(tokenizer):
+    """An evaluation repeated every few steps tokenizes its sentences once; the vectors are the uncached ones, and
+    another sentence list (or batch size) is tokenized anew."""
+    from csekit.modeling.encoding import BatchCache, encode_sentences
+
+    def embed_batch(batch):
+        return batch["input_ids"].float().sum(1, keepdim=True)
+
+    counting, cache = CountingTokenizer(tokenizer), BatchCache()
+    sentences = [f"sentence number {i} " + "word " * (i % 7) for i in range(10)]
+    expected = encode_sentences(embed_batch, tokenizer, sentences, batch_size=4)
+    first = encode_sentences(embed_batch, counting, sentences, batch_size=4, cache=cache)
+    calls = counting.calls
+    assert calls == 4  # the length pass, then 3 batches
+    assert torch.equal(encode_sentences(embed_batch, counting, sentences, batch_size=4, cache=cache), expected)
+    assert torch.equal(first, expected) and counting.calls == calls
+    other = sentences[::-1][:7]
+    assert torch.equal(encode_sentences(embed_batch, counting, other, batch_size=4, cache=cache),
+                       encode_sentences(embed_batch, tokenizer, other, batch_size=4))
+    assert counting.calls == calls + 3
+    encode_sentences(embed_batch, counting, other, batch_size=2, cache=cache)
+    assert counting.calls == calls + 3 + 5
+
+
+def test_in_loop_evaluation_tokenizes_the_dev_set_once(saved_tiny_model, tokenizer, data_dir, tmp_path):
+    """The trainer's STS-B dev evaluation, run every ``eval_steps``, reuses the dev set's tokenized batches: the
+    second evaluation calls the tokenizer no more and scores the same."""
+    from csekit.evaluation.sts import STSEvaluator
+    from csekit.trainers import CSETrainingArguments, SimCSETrainer
+
+    counting = CountingTokenizer(tokenizer)
+    model = SimCSEModel.from_pretrained(saved_tiny_model)
+    args = CSETrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True)
+    trainer = SimCSETrainer(model=model, args=args, processing_class=counting,
+                            sts_evaluator=STSEvaluator(data_dir, ("STSBenchmark",), split="dev"))
+    first = trainer.evaluate()
+    calls = counting.calls
+    assert calls > 1 and trainer.evaluate() == first and counting.calls == calls
+
+
 def test_encode_rejects_a_bare_string(saved_tiny_model):
     model = SimCSEModel.from_pretrained(saved_tiny_model)
     with pytest.raises(TypeError, match="list of sentences"):

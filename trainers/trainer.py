@@ -21,7 +21,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, 
 from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
-from ..modeling.encoding import progress
+from ..modeling.encoding import BatchCache, progress
 from ..modeling.losses import false_negative_mask
 from ..modeling.modeling_encoder import SentenceEncoderForTraining
 from ..preflight import RUN_RECORD, checkpoint_problem
@@ -172,6 +172,7 @@ class ContrastiveTrainer(Trainer):
         self.add_callback(OptimizerStepHook(self))
         self.sts_evaluator = sts_evaluator
         self.eval_batch_size = eval_batch_size
+        self.eval_batches = BatchCache()  # the dev sentences, tokenized once for every evaluation of the run
         self._component_sums = defaultdict(float)
         self._component_count = 0
         self._checkpoint_run_dir = None
@@ -418,7 +419,7 @@ class ContrastiveTrainer(Trainer):
             scores = self.sts_evaluator(  # model.encode, with a bar named after the job on the main process
                 lambda sentences: model.encode_with(
                     lambda batch: model(**batch).embeddings, sentences, self.eval_batch_size,
-                    show_progress_bar=self.is_world_process_zero(), desc="STS dev").numpy()
+                    show_progress_bar=self.is_world_process_zero(), desc="STS dev", cache=self.eval_batches).numpy()
             )
         finally:
             model.train(was_training)
