@@ -1,6 +1,6 @@
 """The csekit comparison report: every method from the same base model, data, steps and seeds, in one table.
 
-    python benchmarks/compare.py [--methods simcse,whitenedcse,cmlm_cse,esimcse,clsr,extraction]
+    python benchmarks/compare.py [--methods NAME,...]
         [--seeds 42 43 44] [--no-train] [--suites transfer,clustering,geometry] [--cards]
 
 * SimCSE, WhitenedCSE, CMLM-CSE and ESimCSE train with their recipes under ``recipes/configs/minilm_compare.yaml`` (the
@@ -218,8 +218,8 @@ def report(rows: list, args, argv) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default="simcse,whitenedcse,cmlm_cse,esimcse,clsr,extraction",
-                        help=f"Comma-separated: {', '.join(METHODS)}, {EXTRACTION}.")
+    parser.add_argument("--methods", default=",".join([*METHODS, EXTRACTION]),
+                        help=f"Comma-separated: {', '.join(METHODS)}, {EXTRACTION} (default: %(default)s).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44], help="Training seeds.")
     parser.add_argument("--config", default="recipes/configs/minilm_compare.yaml", help="The shared training budget.")
     parser.add_argument("--output-root", default="outputs/seeds", help="Runs live in OUTPUT_ROOT/<method>/seed<S>.")
