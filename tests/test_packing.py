@@ -226,3 +226,15 @@ def test_saved_model_does_not_name_the_packed_attention(tmp_path, tokenizer):
     assert "csekit_packed" not in json.loads((tmp_path / "config.json").read_text()).__repr__()
     reloaded = AutoModel.from_pretrained(tmp_path)
     assert reloaded.encoder.config._attn_implementation == "sdpa"
+
+
+def test_a_packed_sentence_longer_than_its_layout_is_refused(monkeypatch):
+    """Laid out from the layout's width, a sentence longer than it would overwrite its neighbour's positions: the
+    step stops instead (a device-side assertion, which reads nothing on the host)."""
+    monkeypatch.setattr(packing, "laid_out_on_device", lambda lengths, layout: layout is not None)
+    encoder = backbone_config("bert")
+    model = SimCSEModel(SimCSEConfig(encoder_config=encoder.to_dict(), pooler_type="cls")).train()
+    model.use_packed_attention()
+    _, packed = padded_and_packed(LENGTHS, encoder.pad_token_id)
+    with pytest.raises(RuntimeError, match="longer than its padded layout"):
+        model(**{**packed, "attention_mask": packed["attention_mask"][..., :-1]})
