@@ -139,25 +139,27 @@ def main(argv=None) -> dict:
         torch.manual_seed(0)
         from transformers import AutoModel
         AutoModel.from_config(config, add_pooling_layer=False).save_pretrained(folder)
+
+        def compiled_simcse(padding_free: bool):
+            def make():
+                graph_counter = OpCounter()
+                return csekit_run("simcse", folder, "base", device, "fp32", "default", feature_batches, padding_free,
+                                  backend=counting_backend(graph_counter)), graph_counter
+            return make
+
         for name, make in (
-            ("SimCSE padded", lambda: csekit_run("simcse", folder, "base", device, "fp32", None, feature_batches,
-                                                 padding_free=False)),
-            ("SimCSE packed", lambda: csekit_run("simcse", folder, "base", device, "fp32", None, feature_batches,
-                                                 padding_free=True)),
-            ("SimCSE padded, --torch_compile (lengths padded to 32)", lambda: csekit_run(
-                "simcse", folder, "base", device, "fp32", "default", feature_batches, padding_free=False,
-                backend=counting_backend(graph_counter))),
-            ("SimCSE packed, --torch_compile (layout padded to 32)", lambda: csekit_run(
-                "simcse", folder, "base", device, "fp32", "default", feature_batches, padding_free=True,
-                backend=counting_backend(graph_counter))),
-            ("sentence-transformers MNRL", lambda: st_run(folder, config, device, "fp32", None, feature_batches)),
+            ("SimCSE padded", lambda: (csekit_run("simcse", folder, "base", device, "fp32", None, feature_batches,
+                                                  padding_free=False), None)),
+            ("SimCSE packed", lambda: (csekit_run("simcse", folder, "base", device, "fp32", None, feature_batches,
+                                                  padding_free=True), None)),
+            ("SimCSE padded, --torch_compile (lengths padded to 32)", compiled_simcse(False)),
+            ("SimCSE packed, --torch_compile (layout padded to 32)", compiled_simcse(True)),
+            ("sentence-transformers MNRL", lambda: (st_run(folder, config, device, "fp32", None, feature_batches),
+                                                    None)),
         ):
             print(f"counting {name} ...", flush=True)
-            graph_counter = OpCounter()
-            run = make()
-            compiled = "--torch_compile" in name
-            row = {"name": name, **counted(run, run.batches, graph_counter if compiled else None),
-                   **compile_stats(run, run.batches)}
+            run, graph_counter = make()
+            row = {"name": name, **counted(run, run.batches, graph_counter), **compile_stats(run, run.batches)}
             rows.append(row)
             print(f"  {row}", flush=True)
     command = f"python benchmarks/step_ops.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
