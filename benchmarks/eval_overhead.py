@@ -57,12 +57,12 @@ def main(argv=None) -> dict:
                            "tokenized once": lambda: evaluation(evaluator, tokenizer, args.batch_size, cache)},
                           args.rounds)
     command = f"python benchmarks/eval_overhead.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
-    lines = [f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')} {command}`",
+    threads = os.environ.get("OMP_NUM_THREADS")
+    lines = [f"Command: `{f'OMP_NUM_THREADS={threads} ' if threads else ''}{command}`",
              f"Machine: {machine_description()}.",
              f"Workload: one STS-B dev evaluation ({len(evaluator.sentences())} distinct sentences, batch "
-             f"{args.batch_size}, "
-             f"the all-MiniLM-L6-v2 tokenizer), the model replaced by a sum of token ids; {args.rounds} alternating "
-             "rounds.", "",
+             f"{args.batch_size}, the all-MiniLM-L6-v2 tokenizer), the model replaced by a sum of token ids; "
+             f"{args.rounds} alternating rounds.", "",
              "| host work per evaluation | ms, median (min–max) | s per wiki1m epoch (125 evaluations) |",
              "|---|---:|---:|"]
     lines += [f"| {name} | {format_spread(values, 1, 1000)} | {spread(values)['median'] * EVALUATIONS_PER_EPOCH:.1f} |"
