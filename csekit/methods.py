@@ -174,13 +174,39 @@ def method_of_model_type(model_type: str) -> Optional[Method]:
     return next((method for method in METHODS.values() if method.config_class.model_type == model_type), None)
 
 
+def _method_of_class(kind: type, references) -> Optional[tuple]:
+    """``(method, reference)`` for the nearest class in ``kind``'s MRO that a registered method names through
+    ``references(method)`` (its ``"module:Name"`` strings), or ``None``: a subclass belongs to its base's method."""
+    for base in getattr(kind, "__mro__", ()):
+        name = f"{base.__module__}:{base.__qualname__}"
+        for method in METHODS.values():
+            if name in references(method):
+                return method, name
+    return None
+
+
+def method_of_trainer(trainer_class: type) -> Optional[Method]:
+    """The registered method that ``trainer_class`` (or its nearest registered base) trains, or ``None``."""
+    found = _method_of_class(trainer_class, lambda method: (method.trainer,))
+    return found[0] if found else None
+
+
+def method_of_model(model_class: type) -> Optional[tuple]:
+    """``(method, trained)`` for a model class (or its nearest registered base): ``trained`` tells whether it is the
+    class the method's trainer trains (``training_model``, else ``model``) rather than its published encoder."""
+    found = _method_of_class(model_class, lambda method: (method.training_model or method.model, method.model))
+    return (found[0], found[1] == (found[0].training_model or found[0].model)) if found else None
+
+
 def method_table(link: str) -> str:
     """The Markdown table of the registered methods (README's, the docs' front page): each method's title linked
     to its page (``link`` + ``NAME.md``), summary, citation, model, trainer and recipe name."""
-    lines = ["| method | paper | model | trainer | recipe (`csekit train METHOD`) |", "|---|---|---|---|---|"]
+    lines = ["| method | paper | model trained (published as) | trainer | recipe (`csekit train METHOD`) |",
+             "|---|---|---|---|---|"]
     for method in METHODS.values():
         model, trainer = (reference.partition(":")[2] for reference in (method.model, method.trainer))
-        lines.append(f"| [{method.title}]({link}{method.name}.md): {method.summary} | {method.cite} | `{model}` | "
+        trained = f"`{method.training_model.partition(':')[2]}` (`{model}`)" if method.training_model else f"`{model}`"
+        lines.append(f"| [{method.title}]({link}{method.name}.md): {method.summary} | {method.cite} | {trained} | "
                      f"`{trainer}` | `{method.name}` |")
     return "\n".join(lines)
 
@@ -337,4 +363,4 @@ register(Method(
 ))
 
 __all__ = ["METHODS", "Method", "OneProcess", "classes_in", "flag_table", "get_method", "load_object",
-           "method_of_model_type", "method_table", "register", "titles_taking"]
+           "method_of_model", "method_of_model_type", "method_of_trainer", "method_table", "register", "titles_taking"]

@@ -226,6 +226,34 @@ def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[
                         f"{positions}; pass {flag} {positions - offset} or less")
 
 
+def check_trainer_model(model, trainer_class: type) -> None:
+    """Raise [`DataError`][csekit.preflight.DataError] unless ``model`` is the class ``trainer_class``'s method trains
+    (the registry's pairing, [`csekit.methods`][csekit.methods]): another method's model, a method's published
+    encoder where training needs its training-only parts, or a sentence-transformers object would train the wrong
+    loss or fail inside a step. A trainer or model the registry does not know is left to its author."""
+    from .methods import method_of_model, method_of_trainer
+
+    if model is None:
+        return
+    kind, method = type(model), method_of_trainer(trainer_class)
+    if method is None:
+        return
+    build = f"build it with {method.training_model_class.__name__}.from_encoder(<a backbone folder or Hub id>)"
+    if kind.__module__.split(".")[0] == "sentence_transformers":
+        raise DataError(f"model: a sentence-transformers {kind.__name__}; {trainer_class.__name__} trains "
+                        f"{method.title}'s own model: {build} (a sentence-transformers folder is a backbone too)")
+    found = method_of_model(kind)
+    if found is None:
+        raise DataError(f"model: a {kind.__name__}, but {trainer_class.__name__} trains {method.title}'s "
+                        f"{method.training_model_class.__name__}; {build}")
+    owner, trained = found
+    if owner is not method or not trained:
+        what = (f"{owner.title}'s published encoder; training needs {method.training_model_class.__name__}"
+                if owner is method else f"{owner.title}'s model, not {method.title}'s")
+        raise DataError(f"model: a {kind.__name__} ({what}); {trainer_class.__name__} trains "
+                        f"{method.training_model_class.__name__}: {build}")
+
+
 # ------------------------------------------------------------------------------------------------ settings
 def check_finite(flag: str, value) -> None:
     """Raise [`DataError`][csekit.preflight.DataError] when ``value`` (a setting, or a list of them) holds a float that
@@ -490,6 +518,6 @@ __all__ = [
     "AUXILIARY_CHECKS", "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "RUN_RECORD", "SUPPORTED_BACKBONES",
     "TRAIN_DATA", "backbone_config", "backbone_table", "check_backbone", "check_finite", "check_finite_groups",
     "check_masked_lm", "check_model_inputs", "check_not_an_input", "check_output_dir", "check_output_file",
-    "check_repo_id", "check_report_to", "check_resume", "check_training_arguments", "check_writable",
-    "checkpoint_problem", "find_checkpoint", "is_csekit_model", "load_tokenizer", "read_model_config",
+    "check_repo_id", "check_report_to", "check_resume", "check_trainer_model", "check_training_arguments",
+    "check_writable", "checkpoint_problem", "find_checkpoint", "is_csekit_model", "load_tokenizer", "read_model_config",
 ]

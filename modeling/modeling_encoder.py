@@ -1,5 +1,6 @@
 """Base class of every csekit model: a Hugging Face encoder, a pooler and a method-specific head."""
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -119,6 +120,10 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         ``config_kwargs`` are the method's config fields (``pooler_type``, ``temperature``, ...); the head is
         freshly initialised (unless taken from a csekit model) and the encoder weights are the pretrained ones.
         """
+        if not isinstance(encoder_name_or_path, (str, os.PathLike)):  # a loaded model: its folder is what is read
+            raise TypeError(f"{cls.__name__}.from_encoder: a {type(encoder_name_or_path).__name__} object; pass the "
+                            "folder or Hub id it was loaded from (a sentence-transformers folder is a backbone too)")
+        encoder_name_or_path = os.fspath(encoder_name_or_path)
         source = load_csekit_model(encoder_name_or_path)
         encoder = source.encoder if source is not None else build_encoder(None, encoder_name_or_path)
         # the inference settings the starting folder records are kept unless the caller sets them

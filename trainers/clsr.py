@@ -31,9 +31,18 @@ from tqdm.auto import trange
 from transformers import get_cosine_schedule_with_warmup
 
 from ..errors import DataError
-from ..evaluation.sts import CachedSTSEvaluator
+from ..evaluation.sts import CachedSTSEvaluator, STSEvaluator
 from ..modeling.losses import nt_xent_loss
-from ..preflight import CHECKPOINT_PREFIX, CHECKPOINT_RECORD, RUN_RECORD, check_training_arguments, find_checkpoint
+from ..preflight import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINT_RECORD,
+    RUN_RECORD,
+    TRAIN_DATA,
+    check_resume,
+    check_trainer_model,
+    check_training_arguments,
+    find_checkpoint,
+)
 from .arguments import setup_record
 from .clsr_data import (
     HeldOutSentences,
@@ -43,6 +52,7 @@ from .clsr_data import (
     held_out_sentences,
     require_full_batch,
 )
+from .data import check_train_dataset, data_fingerprint
 from .lars import LARS, lars_param_groups
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
@@ -260,10 +270,11 @@ class CLSRTrainer:
         default (``--test_overlap drop``), a pair with a sentence of an STS test or dev set (``data_dir``'s data
         folder: `held_out_sentences`) is dropped; the backbone's pooled vectors are computed here, once (the recipe
         caches them on disk: ``csekit.trainers.EmbeddingCache``)."""
-        columns = getattr(train_dataset, "column_names", None) or list(train_dataset)
-        if not {"sent0", "sent1"} <= set(columns):
-            raise DataError(f"train_dataset: columns {','.join(columns)}, but CLSR trains on positive pairs, "
-                            "sent0,sent1")
+        check_trainer_model(model, cls)
+        check_train_dataset(train_dataset, cls.data_columns, args.per_device_train_batch_size, "train_dataset", "clsr")
+        if sts_evaluator is not None and not isinstance(sts_evaluator, STSEvaluator):
+            raise DataError(f"sts_evaluator: a {type(sts_evaluator).__name__}; pass csekit.evaluation.STSEvaluator("
+                            "data_dir, ['STSBenchmark'], split='dev'), which scores the model in training")
         held_out = held_out_sentences(data_dir)
         corpus = build_pair_corpus(train_dataset["sent0"], train_dataset["sent1"], held_out)
         require_full_batch(corpus, args.per_device_train_batch_size)
@@ -271,7 +282,9 @@ class CLSRTrainer:
         vectors = model.encode_pooled(corpus.sentences, batch_size=encode_batch_size)
         dev = None if sts_evaluator is None else CachedSTSEvaluator(
             sts_evaluator, model.encode_pooled(sts_evaluator.sentences(), batch_size=encode_batch_size))
-        return cls(model, args, vectors, corpus, held_out, dev)
+        record = {**setup_record("csekit-clsr", None, training_args=args),
+                  TRAIN_DATA: data_fingerprint({name: list(train_dataset[name]) for name in ("sent0", "sent1")})}
+        return cls(model, args, vectors, corpus, held_out, dev, run_record=record)
 
     def _writer(self):
         """A TensorBoard writer when ``report_to`` asks for one (the same flag as the Trainer-based recipes)."""
@@ -332,6 +345,7 @@ class CLSRTrainer:
                    steps_per_epoch)
         if args.resume_from_checkpoint:
             folder = Path(find_checkpoint(args.output_dir, args.resume_from_checkpoint))
+            check_resume(folder, self.run_record, args.resume_accept_changes)  # (the recipe's check, run again)
             run.first_epoch, run.best, run.history, run.epoch_losses = load_checkpoint(
                 folder, trainable, optimizer, scheduler, run.generator, self.device)
             logger.info("resumed from %s at epoch %d", folder, run.first_epoch)

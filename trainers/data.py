@@ -132,6 +132,78 @@ def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_e
     return Dataset.from_dict({**columns, EXAMPLE_INDEX: list(range(count))})
 
 
+def method_columns(column_names, data_columns: tuple, source: str, method: str) -> tuple:
+    """The columns of ``column_names`` that ``method`` trains on (one of its trainer's ``data_columns``:
+    ``("sent0",)``, ...), or a one-line [`DataError`][csekit.errors.DataError] naming ``source`` and what the method
+    takes."""
+    columns = tuple(name for name in PAIR_COLUMNS if name in column_names)
+    if columns not in data_columns:
+        shapes = " or ".join(",".join(shape) for shape in data_columns)
+        raise DataError(f"{source}: columns {','.join(columns) or 'none of ' + ','.join(PAIR_COLUMNS)}, but {method} "
+                        f"trains on {shapes} (a .txt is one sentence a line)")
+    return columns
+
+
+def bad_text(value) -> Optional[str]:
+    """Why ``value`` cannot be a training text (``None`` when it can): every text is a string with a word in it, as
+    the file readers keep them (they skip or refuse blank lines)."""
+    if not isinstance(value, str):
+        return f"a {type(value).__name__}, not a string"
+    return None if value.strip() else "blank"
+
+
+def check_rows(rows, columns: tuple, source: str, first: int = 1) -> None:
+    """Every text of ``rows`` (examples as dicts) in ``columns`` is a non-empty string, or a one-line
+    [`DataError`][csekit.errors.DataError] naming the row (counted from ``first``), the column and the value."""
+    for number, row in enumerate(rows, start=first):
+        for name in columns:
+            problem = bad_text(row.get(name))
+            if problem:
+                raise DataError(f"{source} row {number}: {name} is {problem} ({row.get(name)!r}); every text must be "
+                                "a non-empty string: drop or fill such rows (Dataset.filter) before training")
+
+
+def dataset_column_names(dataset, source: str) -> list:
+    """The column names of a training dataset (a ``datasets.Dataset``, a streaming ``IterableDataset`` whose names
+    are read from its first example, or a dict of columns), or a one-line [`DataError`][csekit.errors.DataError] for
+    what csekit cannot train on: nothing, a dict of datasets, a dataset with no example."""
+    if dataset is None:
+        raise DataError(f"{source}: none given; pass a datasets.Dataset with the method's columns")
+    if isinstance(dataset, dict) and dataset and all(hasattr(value, "column_names") for value in dataset.values()):
+        raise DataError(f"{source}: a dict of {len(dataset)} datasets ({', '.join(map(str, dataset))}); a csekit "
+                        "trainer trains on one dataset: pass one of them, or datasets.concatenate_datasets(...) of "
+                        "those with the same columns")
+    names = getattr(dataset, "column_names", None)
+    if names is None and isinstance(dataset, dict):
+        names = list(dataset)
+    if names is None and hasattr(dataset, "__iter__"):  # a streaming dataset: its first example's keys
+        first = next(iter(dataset), None)
+        if first is None:
+            raise DataError(f"{source}: no examples")
+        names = list(first)
+    if names is None:
+        raise DataError(f"{source}: a {type(dataset).__name__}; pass a datasets.Dataset with the method's columns")
+    return list(names)
+
+
+def check_train_dataset(dataset, data_columns: tuple, examples_per_step: int, source: str = "train_dataset",
+                        method: str = "this method") -> tuple:
+    """The one check of a training dataset, which both doors run (``csekit train``'s
+    [`check_run`][csekit.trainers.runner.check_run] and a trainer's ``train()``): its columns are one of the method's
+    ``data_columns`` shapes, and, for a dataset of known size, it holds at least one step's ``examples_per_step``
+    examples and each of their texts is a non-empty string ([`check_rows`][csekit.trainers.data.check_rows]; a
+    streaming dataset's rows are checked as they are read). Returns the columns trained on."""
+    columns = method_columns(dataset_column_names(dataset, source), data_columns, source, method)
+    if not hasattr(dataset, "__len__"):
+        return columns
+    count = len(dataset[columns[0]]) if isinstance(dataset, dict) else len(dataset)
+    if count < examples_per_step:
+        raise DataError(f"{source}: {count} example(s), fewer than one step's batch of {examples_per_step}")
+    table = {name: list(dataset[name]) for name in columns}
+    check_rows(({name: table[name][i] for name in columns} for i in range(count)), columns, source)
+    return columns
+
+
 def data_fingerprint(columns) -> str:
     """``"sha256:<hex>, N examples"`` of the training examples as read (every text column of ``columns``, a
     ``Dataset`` or a dict of lists, in order, after ``--max_train_samples``): the run record holds it, so a resume on
@@ -144,4 +216,5 @@ def data_fingerprint(columns) -> str:
     return f"sha256:{digest.hexdigest()}, {len(columns[names[0]])} examples"
 
 
-__all__ = ["PAIR_COLUMNS", "data_fingerprint", "load_training_dataset", "read_hub_dataset", "read_pairs"]
+__all__ = ["PAIR_COLUMNS", "bad_text", "check_rows", "check_train_dataset", "data_fingerprint", "dataset_column_names",
+           "load_training_dataset", "method_columns", "read_hub_dataset", "read_pairs"]

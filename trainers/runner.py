@@ -45,9 +45,9 @@ from .arguments import (
     write_arguments,
 )
 from .collators import enable_padding_free
-from .data import data_fingerprint, load_training_dataset
+from .data import check_train_dataset, data_fingerprint, load_training_dataset
 from .output_dir import RunFolder
-from .trainer import require_finite_weights
+from .trainer import check_contrastable, require_finite_weights
 
 logger = logging.getLogger(__name__)
 
@@ -219,15 +219,11 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
                                           data_args.max_train_samples)
     record[TRAIN_DATA] = data_fingerprint(train_dataset)  # what is trained on, not only the file's name
     accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
-    columns = recipe.trainer_class.check_columns(train_dataset.column_names, data_args.train_file, recipe.method.name)
-    if recipe.trainer_class.negatives_per_anchor(global_batch, columns) < 1:
-        raise DataError(f"--per_device_train_batch_size {training_args.per_device_train_batch_size} x "
-                        f"{training_args.world_size} process(es): each anchor would see no negative, so the "
-                        "contrastive loss is constant and nothing trains; use 2 or more examples per step")
-    for flag in ("mini_batch_size", "mini_batch_tokens"):
-        if getattr(training_args, flag, None) and not recipe.method.gradient_caching:
-            raise DataError(f"--{flag}: {recipe.method.name} does not support gradient caching (the registry's "
-                            "gradient_caching capability)")
+    columns = check_train_dataset(train_dataset, recipe.trainer_class.data_columns, global_batch,
+                                  data_args.train_file, recipe.method.name)
+    recipe.trainer_class.check_step(training_args, columns, recipe.method)
+    if training_args.duplicate_negatives == "mask":
+        check_contrastable(train_dataset, columns, global_batch, len(columns) == 3)
     for name, kind in getattr(recipe.config_class, "model_path_fields", {}).items():  # further models (a generator)
         value = getattr(model_args, name)
         AUXILIARY_CHECKS[kind](value, resolve_model_path(value), f"--{name}", tokenizer, model_path)

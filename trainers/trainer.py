@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 from accelerate.utils import DistributedType
 from huggingface_hub import HfApi
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments, enable_full_determinism, set_seed
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, rotate_checkpoints
@@ -21,12 +21,21 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, 
 from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
+from ..methods import method_of_trainer
 from ..modeling.encoding import BatchCache, progress
 from ..modeling.losses import false_negative_mask
 from ..modeling.modeling_encoder import SentenceEncoderForTraining
-from ..preflight import RUN_RECORD, checkpoint_problem
-from .collators import TEXT_IDS, ContrastiveCollator
-from .data import PAIR_COLUMNS
+from ..preflight import (
+    RUN_RECORD,
+    TRAIN_DATA,
+    check_model_inputs,
+    check_resume,
+    check_trainer_model,
+    checkpoint_problem,
+    find_checkpoint,
+)
+from .collators import TEXT_IDS, ContrastiveCollator, text_id
+from .data import check_rows, check_train_dataset, data_fingerprint, method_columns
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
@@ -36,15 +45,67 @@ TRAINER_STATE = "trainer_state.json"
 CACHING_DISTRIBUTED_TYPES = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
 
 
-def run_record(model, args) -> dict:
+def run_record(model, args, data: Optional[str] = None) -> dict:
     """The setup a resume from a run's checkpoints must match
     ([`csekit.preflight.check_resume`][csekit.preflight.check_resume]) when the
-    recipe gave the trainer none: the method (its config's ``model_type``), the processes, every training argument
-    and every method setting of the model's config ([`setup_record`][csekit.trainers.arguments.setup_record])."""
+    recipe gave the trainer none: the method (its config's ``model_type``), the processes, every training argument,
+    every method setting of the model's config ([`setup_record`][csekit.trainers.arguments.setup_record]) and the
+    training data's identity ``data`` ([`data_identity`][csekit.trainers.trainer.data_identity]), as the recipe's
+    record holds them."""
     from .arguments import config_fields, setup_record
 
     config = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
-    return setup_record(model.config.model_type, args.world_size, training_args=args, model_args=config)
+    record = setup_record(model.config.model_type, args.world_size, training_args=args, model_args=config)
+    return {**record, TRAIN_DATA: data} if data is not None else record
+
+
+def data_identity(dataset) -> Optional[str]:
+    """What names a training dataset's content in a run record: the hash of its texts for a dataset of known size
+    ([`data_fingerprint`][csekit.trainers.data.data_fingerprint], as ``--train_file``'s), else a streaming dataset's
+    own fingerprint or description (its builder, config and split)."""
+    if hasattr(dataset, "__len__"):
+        return data_fingerprint(dataset)
+    info = getattr(dataset, "info", None)
+    described = [getattr(info, name, None) for name in ("builder_name", "config_name", "dataset_name")]
+    return (f"streaming {getattr(dataset, '_fingerprint', None) or ''} {getattr(dataset, 'split', None) or ''} "
+            f"{' '.join(str(part) for part in described if part)}").strip()
+
+
+def checked_stream(dataset, columns: tuple):
+    """A streaming dataset whose rows are checked as they are read
+    ([`check_rows`][csekit.trainers.data.check_rows]): its size is unknown before training, so its texts cannot be
+    read up front."""
+    def check(example: dict, number: int) -> dict:
+        check_rows([example], columns, "train_dataset (streamed)", first=number + 1)
+        return example
+
+    return dataset.map(check, with_indices=True)
+
+
+def check_contrastable(dataset, columns: tuple, examples_per_step: int, hard_negatives: bool) -> None:
+    """With ``--duplicate_negatives mask``, refuse data where even its most varied batch (one row per distinct
+    anchor first) leaves no anchor an unmasked negative
+    ([`false_negative_mask`][csekit.modeling.losses.false_negative_mask]): each step's loss would be 0."""
+    if not hasattr(dataset, "__len__"):
+        return
+    varied, rest, seen = [], [], set()
+    for row in zip(*(dataset[name] for name in columns)):
+        if row[0] not in seen:
+            varied.append(row)
+            seen.add(row[0])
+        elif len(rest) < examples_per_step:
+            rest.append(row)
+        if len(varied) == examples_per_step:
+            break
+    batch = (varied + rest)[:examples_per_step]
+    ids = torch.tensor([[text_id(text) for text in row] for row in batch])
+    mask = false_negative_mask(ids, ids, 0, hard_negatives)
+    own = torch.arange(len(batch))
+    mask[own, own] = True  # the positive, which is no negative
+    if bool(mask.all()):
+        raise DataError("--duplicate_negatives mask: every in-batch candidate of this data is a copy of its anchor "
+                        "or positive, so every step's loss is 0 and nothing trains; train on more than one distinct "
+                        "text, or use --duplicate_negatives keep")
 
 
 def model_inputs(inputs: dict) -> dict:
@@ -148,6 +209,11 @@ class ContrastiveTrainer(Trainer):
                 "csekit trainers publish once, after the test evaluation: leave TrainingArguments.push_to_hub off and "
                 "call trainer.push_to_hub() once eval_results.json is written (the recipes' --push_to_hub does this)"
             )
+        check_trainer_model(model, type(self))
+        if sts_evaluator is not None and not isinstance(sts_evaluator, STSEvaluator):
+            raise DataError(f"sts_evaluator: a {type(sts_evaluator).__module__}.{type(sts_evaluator).__name__}; csekit "
+                            "selects checkpoints on STS with csekit.evaluation.STSEvaluator(data_dir, "
+                            "['STSBenchmark'], split='dev'), which scores the model in training")
         args = self.method_defaults(model, args, kwargs, sts_evaluator)
         tokenizer = kwargs.get("processing_class")
         if model is not None and tokenizer is not None:
@@ -199,12 +265,22 @@ class ContrastiveTrainer(Trainer):
         """The data columns of ``column_names`` the method trains on (``("sent0",)``, ...), or a one-line
         [`DataError`][csekit.errors.DataError] naming ``source``, the ``method`` (default: this class) and the
         columns it takes."""
-        columns = tuple(name for name in PAIR_COLUMNS if name in column_names)
-        if columns not in cls.data_columns:
-            shapes = " or ".join(",".join(shape) for shape in cls.data_columns)
-            raise DataError(f"{source}: columns {','.join(columns) or 'none of ' + ','.join(PAIR_COLUMNS)}, but "
-                            f"{method or cls.__name__} trains on {shapes} (a .txt is one sentence a line)")
-        return columns
+        return method_columns(column_names, cls.data_columns, source, method or cls.__name__)
+
+    @classmethod
+    def check_step(cls, args, columns: tuple, method=None) -> None:
+        """What one step of ``args`` (training arguments) on data ``columns`` must be able to do, checked for both
+        doors (``csekit train`` and ``train()``): each anchor sees a negative (else the loss is constant and nothing
+        trains), and gradient caching only where the ``method`` (registry entry) has that capability."""
+        processes = args.world_size
+        if cls.negatives_per_anchor(args.per_device_train_batch_size * processes, columns) < 1:
+            raise DataError(f"--per_device_train_batch_size {args.per_device_train_batch_size} x {processes} "
+                            "process(es): each anchor would see no negative, so the contrastive loss is constant and "
+                            "nothing trains; use 2 or more examples per step")
+        for flag in ("mini_batch_size", "mini_batch_tokens"):
+            if getattr(args, flag, None) and method is not None and not method.gradient_caching:
+                raise DataError(f"--{flag}: {method.name} does not support gradient caching (the registry's "
+                                "gradient_caching capability)")
 
     def method_defaults(self, model, args, kwargs: dict, sts_evaluator) -> Optional[TrainingArguments]:
         """What a Python caller may leave out, as ``SentenceTransformerTrainer(model, args, train_dataset)`` allows:
@@ -221,12 +297,13 @@ class ContrastiveTrainer(Trainer):
         if tokenizer is not None and getattr(model, "_tokenizer", False) is None:
             model.tokenizer = tokenizer  # saved with the model: its folder loads in sentence-transformers
         dataset = kwargs.get("train_dataset")
-        if getattr(dataset, "column_names", None) is not None:
+        if getattr(dataset, "column_names", None) is not None and not isinstance(dataset, dict):
             self.check_columns(dataset.column_names)
         if kwargs.get("data_collator") is None and model is not None and dataset is not None:
             if tokenizer is None:
                 raise DataError(f"{type(self).__name__}: no tokenizer to collate with; pass processing_class=tokenizer")
             collator = kwargs["data_collator"] = self.default_collator(tokenizer, model)
+            collator.text_ids = getattr(args, "duplicate_negatives", "keep") == "mask"  # as the recipes' collator
             seed = getattr(args, "data_seed", None)
             collator.draws.seed = seed if seed is not None else getattr(args, "seed", collator.draws.seed)
         if (args is not None and args.eval_strategy != IntervalStrategy.NO and sts_evaluator is None
@@ -238,6 +315,48 @@ class ContrastiveTrainer(Trainer):
             args.eval_strategy, args.load_best_model_at_end = IntervalStrategy.NO, False
             args.metric_for_best_model = None
         return args
+
+    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+        """The Trainer's ``train``, after [`preflight`][csekit.trainers.trainer.ContrastiveTrainer.preflight]: the
+        checks ``csekit train`` makes, as the same code, so a Python caller's run is refused in one line where the
+        command line's would be."""
+        resume = self.preflight(resume_from_checkpoint)
+        # seeded here as at construction: another trainer or model built since then (its own seed, its draws) must not
+        # change this run; a resume restores the checkpoint's random states instead
+        enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
+        return super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+
+    def preflight(self, resume_from_checkpoint=None) -> Optional[str]:
+        """Check before work, for every door: the training data
+        ([`check_train_dataset`][csekit.trainers.data.check_train_dataset]: columns, size, every text; a streaming
+        dataset's rows as they are read), what one step can learn
+        ([`check_step`][csekit.trainers.trainer.ContrastiveTrainer.check_step], and with ``--duplicate_negatives
+        mask`` [`check_contrastable`][csekit.trainers.trainer.check_contrastable]), the tokenizer and truncation
+        length against the backbone ([`check_model_inputs`][csekit.preflight.check_model_inputs]), and a resume
+        target against this run's record, the data's identity included
+        ([`check_resume`][csekit.preflight.check_resume]). Returns the checkpoint to resume from (``True`` resolved
+        to the newest complete one), or ``None``."""
+        args, method = self.args, method_of_trainer(type(self))
+        examples = args.per_device_train_batch_size * args.world_size
+        columns = check_train_dataset(self.train_dataset, self.data_columns, examples, "train_dataset",
+                                      method.name if method else type(self).__name__)
+        self.check_step(args, columns, method)
+        if getattr(args, "duplicate_negatives", "keep") == "mask":
+            check_contrastable(self.train_dataset, columns, examples, len(columns) == 3)
+        if not hasattr(self.train_dataset, "__len__"):
+            self.train_dataset = checked_stream(self.train_dataset, columns)
+        model = self.accelerator.unwrap_model(self.model)
+        if self.processing_class is not None and hasattr(model, "config"):
+            check_model_inputs(type(model).__name__, model.config.to_dict(), self.processing_class,
+                               getattr(self.data_collator, "max_length", None) or None, "max_length")
+        if self.setup_record is None:
+            self.data_identity = data_identity(self.train_dataset)
+        if not resume_from_checkpoint:
+            return None
+        which = "last" if resume_from_checkpoint is True else str(resume_from_checkpoint)
+        checkpoint = find_checkpoint(args.output_dir, which)
+        check_resume(checkpoint, self.run_record(), getattr(args, "resume_accept_changes", False))
+        return checkpoint
 
     def _remove_unused_columns(self, dataset, description: Optional[str] = None):
         """Every column is kept: the method's collator reads the texts (``sent0``, ...), not ``forward``'s inputs."""
@@ -518,9 +637,11 @@ class ContrastiveTrainer(Trainer):
 
     # the recipe's record of the whole run (its data settings too: trainers/runner.py); else run_record()'s
     setup_record: Optional[dict] = None
+    data_identity: Optional[str] = None  # the training data's, set by preflight when the recipe gave no record
 
     def run_record(self) -> dict:
-        return self.setup_record or run_record(self.accelerator.unwrap_model(self.model), self.args)
+        return self.setup_record or run_record(self.accelerator.unwrap_model(self.model), self.args,
+                                               self.data_identity)
 
     def push_to_hub(
         self, commit_message: str = "End of training", private: Optional[bool] = None, token: Optional[str] = None
