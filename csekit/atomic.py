@@ -14,43 +14,40 @@ nothing) plus at most a hidden ``.<name>.*.tmp`` sibling, never a truncated dest
 import contextlib
 import ctypes
 import errno
-import fnmatch
 import glob
 import json
 import logging
 import os
 import re
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
 from .errors import DataError
-
-logger = logging.getLogger(__name__)
-LOCK = ".csekit-lock"
-
-# the top-level files a saved model folder is made of (weights and shards, config and code files, tokenizer files,
-# arguments, scores, card and figure): a commit removes old ones the new set lacks, and nothing else (a log, a
-# user's notes or another process's file in the same folder stay)
-MODEL_FOLDER_FILES = (
-    "*.safetensors", "*.safetensors.index.json", "*.py", "tokenizer*", "special_tokens_map.json", "added_tokens.json",
-    "vocab.*", "merges.txt", "*.model", "chat_template*", "generation_config.json", "training_args.*",
-    "eval_results.json", "README.md", "comparison.md", "*.png", "modules.json", "config_sentence_transformers.json",
+from .modeling.folder_commit import (  # the commit every model save shares, stdlib only (it ships with models)
+    LOCK,
+    FolderLock,
+    commit_files,
+    current_umask,
+    default_mode,
+    process_alive,
 )
 
-
-def current_umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
+logger = logging.getLogger(__name__)
 
 
-def default_mode() -> int:
-    """The mode ``open()`` gives a new file under this process's umask (mkstemp and some writers give 0o600)."""
-    return 0o666 & ~current_umask()
+class RunLock(FolderLock):
+    """[`FolderLock`][csekit.modeling.folder_commit.FolderLock] whose refusal is csekit's one-line
+    [`DataError`][csekit.errors.DataError] (exit 2), and whose taking over of a dead process's lock is logged."""
+
+    def refuse(self, message: str):
+        raise DataError(message)
+
+    def took_over(self, holder: dict) -> None:
+        logger.warning("%s: taking over the lock of process %d, which is no longer running", self.target,
+                       holder.get("pid"))
 
 
 def apply_default_modes(folder) -> None:
@@ -89,17 +86,6 @@ def write_text(path, text: str) -> Path:
 
 def write_json(path, value) -> Path:
     return write_text(path, json.dumps(value, indent=2) + "\n")
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (another user's counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def private_folder(parent, prefix: str) -> Path:
@@ -210,67 +196,6 @@ def staged_folder(destination, replace: bool = False, flag: Optional[str] = None
             lock.release()
 
 
-class RunLock:
-    """The lock file ``path`` (a training run's ``--output_dir/.csekit-lock``, an export's ``.OUT.csekit-lock``
-    beside its folder): its holder's pid and host, created whole (written to a temporary file, then hard-linked: the
-    link fails when a lock exists) and removed by [`release`][csekit.atomic.RunLock.release]. ``flag`` names the option
-    in the refusal."""
-
-    def __init__(self, path, flag: str, target=None):
-        self.path, self.flag = Path(path), flag
-        self.target = Path(target) if target is not None else self.path.parent  # the folder the lock is for
-        self.record = {"pid": os.getpid(), "host": socket.gethostname()}
-
-    def holder(self) -> Optional[dict]:
-        try:
-            record = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {}  # being written, or damaged: treated as held
-        return record if isinstance(record, dict) else {}
-
-    def stale(self, holder: dict) -> bool:
-        """A lock of a process on this host that is no longer running (one on another host cannot be checked)."""
-        pid = holder.get("pid")
-        return holder.get("host") == self.record["host"] and isinstance(pid, int) and not process_alive(pid)
-
-    def busy(self) -> bool:
-        holder = self.holder()
-        return holder is not None and not self.stale(holder)
-
-    def acquire(self) -> "RunLock":
-        handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f"{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w") as stream:
-                json.dump(self.record, stream)
-            for _ in range(2):  # a second try after taking over a dead process's lock
-                try:
-                    os.link(temporary, self.path)
-                    return self
-                except FileExistsError:
-                    holder = self.holder()
-                    if holder is None:
-                        continue
-                    pid, host = holder.get("pid"), holder.get("host")
-                    if self.stale(holder):
-                        logger.warning("%s: taking over the lock of process %d, which is no longer running",
-                                       self.target, pid)
-                        self.path.unlink(missing_ok=True)
-                        continue
-                    who = f"process {pid} on {host}" if pid else "another run"
-                    raise DataError(f"{self.flag} {self.target}: in use by {who} ({self.path}); wait for it to "
-                                    f"end or choose another {self.flag} (delete the lock file only if that run is "
-                                    "gone)")
-            raise DataError(f"{self.flag} {self.target}: could not take {self.path}; try again")
-        finally:
-            os.remove(temporary)
-
-    def release(self) -> None:
-        if self.holder() == self.record:
-            self.path.unlink(missing_ok=True)
-
-
 @contextlib.contextmanager
 def work_folder(destination) -> Iterator[Path]:
     """A scratch folder beside ``destination`` (same file system, so a file built there is renamed into the
@@ -284,62 +209,6 @@ def work_folder(destination) -> Iterator[Path]:
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_FOLDER_FILES) -> Path:
-    """Make the entries of ``staging`` the top-level files of ``destination``, with ``marker`` as the commit record.
-
-    A folder that also holds other things (a training output folder keeps its ``checkpoint-*`` sub-folders) cannot
-    be swapped with one rename, so its file set changes one ``os.replace`` at a time, ordered so that the folder is
-    a model exactly when ``marker`` (``config.json``, which every loader opens first) is there:
-
-    1. the old ``marker`` goes: from here on the folder is not a model (every csekit command and ``from_pretrained``
-       refuse a folder without ``config.json``);
-    2. each new entry but ``marker`` replaces its old namesake; old top-level files that the new set lacks and that
-       match ``owned`` (a stale card, figure or weight shard) are removed; other files and the sub-folders that
-       ``staging`` lacks stay;
-    3. the new ``marker`` arrives last: the folder is the new model, whole.
-
-    A process killed at any point leaves the old model (before 1), no model (between 1 and 3) or the new one, and
-    never a truncated file (each file was complete and fsynced in ``staging`` before it moved). Hidden entries
-    (``.name``, ``staging`` itself when it lies inside ``destination``) are not part of the set.
-    """
-    staging, destination = Path(staging), Path(destination)
-    entries = sorted(path for path in staging.iterdir() if path.name != marker)
-    if not (staging / marker).is_file():
-        raise FileNotFoundError(f"{staging / marker}: the staged folder lacks its commit record")
-    settle_files([*entries, staging / marker, *(inner for entry in entries if entry.is_dir()
-                                                for inner in entry.rglob("*"))])
-    destination.mkdir(parents=True, exist_ok=True)
-    if (destination / marker).exists():
-        os.remove(destination / marker)
-    for path in entries:
-        target = destination / path.name
-        if path.is_dir() and target.is_dir():
-            shutil.rmtree(target)
-        os.replace(path, target)
-    remove_stale(destination, {path.name for path in entries} | {marker}, owned)
-    os.replace(staging / marker, destination / marker)
-    shutil.rmtree(staging, ignore_errors=True)
-    return destination
-
-
-def settle_files(paths) -> None:
-    """Give each file of ``paths`` the default mode (a writer's temporary file may have been 0o600) and fsync it."""
-    mode = default_mode()
-    for path in paths:
-        if path.is_file():
-            os.chmod(path, mode)
-            with open(path, "rb") as stream:
-                os.fsync(stream.fileno())
-
-
-def remove_stale(destination: Path, kept: set, owned) -> None:
-    """Remove ``destination``'s top-level files not in ``kept`` that match ``owned``'s patterns (hidden ones stay)."""
-    for path in sorted(destination.iterdir()):
-        stale = path.name not in kept and not path.name.startswith(".")
-        if path.is_file() and stale and any(fnmatch.fnmatch(path.name, pattern) for pattern in owned):
-            os.remove(path)
 
 
 __all__ = [

@@ -45,16 +45,18 @@ def storage_error(error: BaseException) -> Optional[str]:
 
 
 def report_errors(call: Callable[[], int]) -> int:
-    """``call()``'s exit status; bad input (a [`DataError`][csekit.errors.DataError], or a model config's validator
-    refusing a value)
+    """``call()``'s exit status; bad input (a [`DataError`][csekit.errors.DataError], a model folder's own refusal:
+    [`csekit.modeling.errors`][csekit.modeling.errors], or a model config's validator refusing a value)
     becomes ``csekit: error: MESSAGE`` on stderr and status 2. With ``CSEKIT_DEBUG=1`` every error propagates."""
     from huggingface_hub.errors import StrictDataclassError
+
+    from .modeling.errors import FolderInUse, LayoutDisagreement
 
     if os.environ.get("CSEKIT_DEBUG", "") not in ("", "0"):
         return call()
     try:
         return call()
-    except DataError as error:
+    except (DataError, FolderInUse, LayoutDisagreement) as error:  # (a model folder's: csekit.modeling.errors)
         message = str(error)
     except StrictDataclassError as error:  # a @strict config's validator, e.g. an unknown pooler_type
         message = f"invalid model configuration: {error.__cause__ or error}"

@@ -47,6 +47,31 @@ def is_st_folder(folder) -> bool:
     return (Path(folder) / MODULES_FILE).is_file()
 
 
+# where each family's own module classes live in sentence-transformers (5.x ``sparse_encoder.models``, 6.x
+# ``sparse_encoder.modules``), and the sparse modules' class names, for a modules.json whose paths were rewritten
+FAMILY_MODULES = {".sparse_encoder.": "SparseEncoder", ".cross_encoder.": "CrossEncoder",
+                  ".multi_vector_encoder.": "MultiVectorEncoder"}
+SPARSE_MODULE_CLASSES = ("SpladePooling", "MLMTransformer", "SparseAutoEncoder", "SparseStaticEmbedding", "CSRSparsity")
+
+
+def module_family(folder) -> Optional[str]:
+    """The family the module types of ``folder``'s ``modules.json`` belong to (a sparse encoder's SPLADE pooling, a
+    cross-encoder's or multi-vector encoder's modules), ``None`` when none is another family's: what the folder is,
+    whatever its declaration says or lacks."""
+    if not is_st_folder(folder):
+        return None
+    try:
+        entries = json.loads((Path(folder) / MODULES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # (module_entries names a damaged modules.json)
+    for entry in entries if isinstance(entries, list) else []:
+        kind = f".{entry.get('type', '')}." if isinstance(entry, dict) else ""
+        family = next((name for part, name in FAMILY_MODULES.items() if part in kind), None)
+        if family or kind.rstrip(".").rsplit(".", 1)[-1] in SPARSE_MODULE_CLASSES:
+            return family or "SparseEncoder"
+    return None
+
+
 def declared_family(folder) -> Optional[str]:
     """The sentence-transformers family ``folder`` declares, as sentence-transformers itself decides it:
     ``config_sentence_transformers.json``'s ``model_type`` (``"SentenceTransformer"`` when a folder with
@@ -54,7 +79,7 @@ def declared_family(folder) -> Optional[str]:
     carries a cross-encoder's activation (sentence-transformers 4's ``sentence_transformers`` entry, the older
     ``sbert_ce_default_activation_function``); ``None`` for a folder sentence-transformers did not write."""
     folder = Path(folder)
-    if is_st_folder(folder):
+    if is_st_folder(folder) or (folder / FAMILY_FILE).is_file():  # (a declaration outlives a lost modules.json)
         declared = read_json(folder / FAMILY_FILE).get("model_type", DENSE_FAMILY)
         return declared if isinstance(declared, str) else repr(declared)
     try:  # a damaged config.json is named by the model checks that read it (csekit.preflight.read_model_config)
@@ -73,6 +98,8 @@ def check_family(name: str, folder) -> None:
     (or no sentence-transformers folder at all): csekit never converts a folder into another family, which is what
     ``SentenceTransformer(folder)`` does with a sparse or cross-encoder folder (it mean-pools their transformer)."""
     family = declared_family(folder)
+    if family in (None, DENSE_FAMILY):
+        family = module_family(folder)  # a declaration removed or edited: the modules say what the folder is
     if family in (None, DENSE_FAMILY):
         return
     why = OTHER_FAMILIES.get(family, "a family csekit does not read")

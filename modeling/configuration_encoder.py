@@ -88,6 +88,13 @@ class SentenceEncoderConfig(PreTrainedConfig):
                        for w in weights):
                 raise ValueError(f"matryoshka_weights must be finite numbers > 0, got {weights}")
 
+    def method_settings(self) -> dict:
+        """The settings of the method and its inference (this class's dataclass fields below ``PreTrainedConfig``,
+        the backbone's nested config aside): two configs of one model with equal settings encode alike."""
+        inherited = {field.name for field in dataclasses.fields(PreTrainedConfig)} | {"encoder_config"}
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.name not in inherited}
+
     @property
     def embedding_size(self) -> int:
         """The size of the vectors the model returns (a method whose head changes it overrides this)."""

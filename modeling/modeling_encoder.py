@@ -2,6 +2,7 @@
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -12,6 +13,8 @@ from transformers.utils import logging as transformers_logging
 
 from .configuration_encoder import SentenceEncoderConfig
 from .encoding import BatchCache, encode_sentences
+from .errors import LayoutDisagreement
+from .folder_commit import staged_save
 from .packing import (
     PackedSequences,
     PackingUnsupported,
@@ -23,6 +26,7 @@ from .packing import (
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
 from .sentence_transformers_layout import (
     inherited_settings,
+    layout_disagreement,
     weights_with_dense_head,
     write_sentence_transformers_layout,
 )
@@ -205,7 +209,9 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs) -> None:
         """transformers' save, plus the sentence-transformers files when the tokenizer is known (it is for every
-        model csekit trains or loads), so the folder also loads with ``SentenceTransformer(folder)``
+        model csekit trains or loads), so the folder also loads with ``SentenceTransformer(folder)``, written whole
+        or not at all ([`staged_save`][csekit.modeling.folder_commit.staged_save]: into a folder beside it, then
+        committed under the folder's lock; another model's records and card in it are removed)
         (`sentence_transformers_layout`). The inference head is stored once, in the Dense modules, unless
         [`saving_checkpoint`][csekit.modeling.modeling_encoder.SentenceEncoderPreTrainedModel.saving_checkpoint] is set
         (the trainer sets it while writing a checkpoint).
@@ -219,11 +225,38 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
             raise ValueError(f"{type(self).__name__}.save_pretrained({str(save_directory)!r}): no tokenizer to save "
                              "beside the weights, so the folder could not encode text; set model.tokenizer = "
                              "AutoTokenizer.from_pretrained(...) first")
-        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.saving_checkpoint or not kwargs.get("is_main_process", True):  # a checkpoint is staged by its writer
+            return self.write_folder(save_directory, tokenizer, *args, **kwargs)
+        with staged_save(save_directory) as staging:
+            self.write_folder(staging, tokenizer, *args, **kwargs)
+
+    def write_folder(self, folder, tokenizer, *args, **kwargs) -> None:
+        """transformers' files, and with a ``tokenizer`` its files and the sentence-transformers files, into
+        ``folder`` (for a final save, the staging folder ``save_pretrained`` commits)."""
+        super().save_pretrained(folder, *args, **kwargs)
         if tokenizer is not None and kwargs.get("is_main_process", True):
-            tokenizer.save_pretrained(save_directory)
-            write_sentence_transformers_layout(self, save_directory, tokenizer,
-                                               head_in_dense=not self.saving_checkpoint)
+            tokenizer.save_pretrained(folder)
+            write_sentence_transformers_layout(self, folder, tokenizer, head_in_dense=not self.saving_checkpoint)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' loading; a local folder whose sentence-transformers files say another model than its config
+        (another pooling, prompt, length or head: `layout_disagreement`) is refused in one line
+        ([`LayoutDisagreement`][csekit.modeling.errors.LayoutDisagreement]), since ``SentenceTransformer(folder)``
+        would encode otherwise than this model. Not when the call overrides a method setting (``pooler_type=...``):
+        the caller then asks for another model than the folder's on purpose."""
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        folder = Path(pretrained_model_name_or_path) if isinstance(pretrained_model_name_or_path, (str, os.PathLike)) \
+            else None
+        if folder is None or not (folder / "modules.json").is_file() or model.config.method_settings() != type(
+                model.config).from_pretrained(folder).method_settings():  # (the settings a caller overrode are its own)
+            return model
+        tokenizer = model.known_tokenizer()
+        problem = tokenizer is not None and layout_disagreement(model, tokenizer, folder)
+        if problem:
+            raise LayoutDisagreement(f"{folder}: {problem}, so SentenceTransformer(folder) would load another model "
+                                     "than this config; save the model again with csekit")
+        return model
 
     def known_tokenizer(self):
         """``model.tokenizer`` when it is set or loads from the folder the model came from (``config.name_or_path``),

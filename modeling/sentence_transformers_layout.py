@@ -39,6 +39,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .errors import LayoutDisagreement
+
 ENCODER_FOLDER = "encoder"
 HEAD_WEIGHTS = "model-head.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -48,6 +50,9 @@ TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
 # the oldest sentence-transformers that reads this layout (setup.cfg's lower bound), named as the writing version
 # when sentence-transformers is not installed (a newer one there would make older readers warn)
 LAYOUT_SENTENCE_TRANSFORMERS = "5.4.0"
+# the one module of ``csekit export-st --layout remote-code`` (csekit/publishing/csekit_st.py), which loads the folder's
+# csekit model itself: that pipeline encodes as the model does by construction
+RUNS_THE_MODEL = "CSEKitEncoder"
 
 
 def layout_versions() -> dict:
@@ -147,9 +152,9 @@ def weights_with_dense_head(model, checkpoint_files) -> Optional[dict]:
             if path.parent.name.endswith("_Dense"):
                 if (path.parent.name, key) not in dense:
                     expected = sorted(st_key for folder, st_key in dense if folder == path.parent.name)
-                    raise ValueError(f"{path}: {key} is not a weight of {type(model).__name__}'s inference head "
-                                     f"(expected {', '.join(expected) or 'no Dense module here'}); the folder and its "
-                                     "config disagree")
+                    raise LayoutDisagreement(
+                        f"{path}: {key} is not a weight of {type(model).__name__}'s inference head (expected "
+                        f"{', '.join(expected) or 'no Dense module here'}); the folder and its config disagree")
                 weights[dense[path.parent.name, key]] = opened.get_slice(key)
             else:
                 weights[key] = opened.get_slice(key)
@@ -184,59 +189,119 @@ def _accepts(model_class, argument: str) -> bool:
     return argument in inspect.signature(model_class.__init__).parameters
 
 
+def layout_json(model, tokenizer) -> dict:
+    """``{path: content}`` of every JSON file of ``model``'s sentence-transformers layout but the Transformer
+    module's own config and tokenizer (what ``model``'s config and ``tokenizer`` decide: modules, pooling, Dense
+    shapes and activations, truncation length, prompts), ``{}`` when the model has no layout
+    (`sentence_transformers_layout_problem`). The one source of both the writer and the check of a folder
+    (`layout_disagreement`)."""
+    if sentence_transformers_layout_problem(model):
+        return {}
+    model_kwargs = {"key_mapping": {rf"^{model.base_model_prefix}\.": ""}}  # the csekit keys, read by the bare class
+    if _accepts(type(model.encoder), "add_pooling_layer") and getattr(model.encoder, "pooler", None) is None:
+        model_kwargs["add_pooling_layer"] = False  # csekit drops BERT's tanh pooler, so there is none to load
+    settings = model.config.sentence_transformers_settings or {}
+    max_length = model.config.max_length or (tokenizer.model_max_length if tokenizer.model_max_length < 10**6
+                                             else None)
+    files = {f"{ENCODER_FOLDER}/sentence_bert_config.json": {
+        "max_seq_length": max_length, "do_lower_case": settings.get("do_lower_case", False),
+        "model_kwargs": model_kwargs}}
+    modules = [{"idx": 0, "name": "0", "path": ENCODER_FOLDER, "type": ST_MODULES["Transformer"]},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_MODULES["Pooling"]}]
+    files["1_Pooling/config.json"] = {"embedding_dimension": model.config.hidden_size,
+                                      "pooling_mode": POOLING_MODES[model.config.pooler_type], "include_prompt": True}
+    for index, (linear, activation) in enumerate(model.inference_head_layers(), start=2):
+        files[f"{index}_Dense/config.json"] = {
+            "in_features": linear.in_features, "out_features": linear.out_features, "bias": linear.bias is not None,
+            "activation_function": ACTIVATIONS[type(activation)]}
+        modules.append({"idx": index, "name": str(index), "path": f"{index}_Dense", "type": ST_MODULES["Dense"]})
+    if settings.get("normalize"):  # the base model's Normalize module (it has no files)
+        index = len(modules)
+        modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize",
+                        "type": ST_MODULES["Normalize"]})
+    files["modules.json"] = modules
+    files["config_sentence_transformers.json"] = {
+        "__version__": layout_versions(), "model_type": "SentenceTransformer", "prompts": settings.get("prompts", {}),
+        "default_prompt_name": settings.get("default_prompt_name"),
+        "similarity_fn_name": settings.get("similarity_fn_name", "cosine")}
+    return files
+
+
 def write_sentence_transformers_layout(model, folder, tokenizer, head_in_dense: bool = True) -> bool:
-    """Add the sentence-transformers files to ``folder``, which ``model.save_pretrained`` has just written.
+    """Add the sentence-transformers files (`layout_json`, the encoder's config and tokenizer, the Dense modules'
+    weights) to ``folder``, which ``model.save_pretrained`` has just written.
 
     ``head_in_dense``: the inference head is stored in the Dense modules only (a published folder); ``False`` keeps
     it in ``model-head.safetensors`` as well (a training checkpoint, see the module docstring).
     Returns whether the files were written (see `sentence_transformers_layout_problem`).
     """
     folder = Path(folder)
-    if sentence_transformers_layout_problem(model) or not (folder / "model.safetensors").is_file():
+    files = layout_json(model, tokenizer)
+    if not files or not (folder / "model.safetensors").is_file():
         return False
-    prefix = model.base_model_prefix
     head_keys = dense_head_keys(model)
-    weights = _split_weights(folder, prefix, head_keys if head_in_dense else {})
-    encoder_folder = folder / ENCODER_FOLDER
-    model.encoder.config.to_json_file(encoder_folder / "config.json")
-    tokenizer.save_pretrained(encoder_folder)
-    model_kwargs = {"key_mapping": {rf"^{prefix}\.": ""}}  # the csekit keys, read by the bare backbone class
-    if _accepts(type(model.encoder), "add_pooling_layer") and getattr(model.encoder, "pooler", None) is None:
-        model_kwargs["add_pooling_layer"] = False  # csekit drops BERT's tanh pooler, so there is none to load
-    settings = model.config.sentence_transformers_settings or {}
-    max_length = model.config.max_length or (tokenizer.model_max_length if tokenizer.model_max_length < 10**6
-                                             else None)
-    _write_json(encoder_folder / "sentence_bert_config.json",
-                {"max_seq_length": max_length, "do_lower_case": settings.get("do_lower_case", False),
-                 "model_kwargs": model_kwargs})
-    hidden = model.config.hidden_size
-    modules = [{"idx": 0, "name": "0", "path": ENCODER_FOLDER, "type": ST_MODULES["Transformer"]},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_MODULES["Pooling"]}]
-    _write_json(folder / "1_Pooling" / "config.json", {"embedding_dimension": hidden,
-                                                       "pooling_mode": POOLING_MODES[model.config.pooler_type],
-                                                       "include_prompt": True})
-    for index, (linear, activation) in enumerate(model.inference_head_layers(), start=2):
+    weights = _split_weights(folder, model.base_model_prefix, head_keys if head_in_dense else {})
+    model.encoder.config.to_json_file(folder / ENCODER_FOLDER / "config.json")
+    tokenizer.save_pretrained(folder / ENCODER_FOLDER)
+    for path, content in files.items():
+        _write_json(folder / path, content)
+    for index in range(2, 2 + len(model.inference_head_layers())):
         path = f"{index}_Dense"
-        _write_json(folder / path / "config.json", {
-            "in_features": linear.in_features, "out_features": linear.out_features, "bias": linear.bias is not None,
-            "activation_function": ACTIVATIONS[type(activation)]})
         state = {st_key: weights[key].to(torch.float32).contiguous()  # the values transformers saved
                  for key, (dense_folder, st_key) in head_keys.items() if dense_folder == path}
         _save_weights(state, folder / path / "model.safetensors")
-        modules.append({"idx": index, "name": str(index), "path": path,
-                        "type": ST_MODULES["Dense"]})
-    if settings.get("normalize"):  # the base model's Normalize module (it has no files)
-        index = len(modules)
-        modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize",
-                        "type": ST_MODULES["Normalize"]})
-    _write_json(folder / "modules.json", modules)
-    _write_json(folder / "config_sentence_transformers.json",
-                {"__version__": layout_versions(), "model_type": "SentenceTransformer",
-                 "prompts": settings.get("prompts", {}),
-                 "default_prompt_name": settings.get("default_prompt_name"),
-                 "similarity_fn_name": settings.get("similarity_fn_name", "cosine")})
     return True
 
 
-__all__ = ["TOP_LEVEL_FILES", "dense_head_keys", "inherited_settings", "sentence_transformers_layout_problem",
-           "weights_with_dense_head", "write_sentence_transformers_layout"]
+def _first_difference(found, expected, where: str) -> Optional[str]:
+    if isinstance(found, dict) and isinstance(expected, dict):
+        for key in sorted(set(found) | set(expected), key=str):
+            if key != "__version__":
+                difference = _first_difference(found.get(key), expected.get(key), f"{where} {key}")
+                if difference:
+                    return difference
+        return None
+    if found != expected:
+        return f"{where} is {_shown(found)} where the config gives {_shown(expected)}"
+    return None
+
+
+def _shown(value) -> str:
+    """A value for a one-line message: a module list as its modules' kinds and paths."""
+    if isinstance(value, list) and all(isinstance(entry, dict) for entry in value):
+        return " > ".join(f"{str(entry.get('type', '?')).rsplit('.', 1)[-1]}({entry.get('path')})" for entry in value)
+    return json.dumps(value)
+
+
+def layout_disagreement(model, tokenizer, folder) -> Optional[str]:
+    """Where ``folder``'s sentence-transformers files say another model than ``model`` (loaded from it) with
+    ``tokenizer``: a file, a setting and both values in one line, ``None`` when they agree (or ``folder`` has no
+    ``modules.json``). ``SentenceTransformer(folder)`` reads those files, csekit the config: where they disagree, the
+    two give other vectors of one folder."""
+    folder = Path(folder)
+    if not (folder / "modules.json").is_file():
+        return None
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "modules.json is unreadable"
+    only = modules[0] if isinstance(modules, list) and len(modules) == 1 and isinstance(modules[0], dict) else {}
+    if only.get("path") == "" and str(only.get("type")).rsplit(".", 1)[-1] == RUNS_THE_MODEL:
+        return None  # csekit export-st --layout remote-code: sentence-transformers runs this very model
+    expected = layout_json(model, tokenizer)
+    if not expected:
+        return (f"it has sentence-transformers files (modules.json), but its model has no such layout "
+                f"({sentence_transformers_layout_problem(model)})")
+    for path, content in expected.items():
+        try:
+            found = json.loads((folder / path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return f"{path} is missing or unreadable; the config's layout needs it"
+        difference = _first_difference(found, content, path)
+        if difference:
+            return difference
+    return None
+
+
+__all__ = ["TOP_LEVEL_FILES", "dense_head_keys", "inherited_settings", "layout_disagreement", "layout_json",
+           "sentence_transformers_layout_problem", "weights_with_dense_head", "write_sentence_transformers_layout"]

@@ -91,6 +91,37 @@ def test_another_family_is_refused_in_one_line_never_converted(families, name, f
     assert not (tmp_path / "r.json").exists()
 
 
+def removed(folder):
+    (folder / "config_sentence_transformers.json").unlink()
+
+
+def declared(value):
+    def edit(folder):
+        path = folder / "config_sentence_transformers.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": value}))
+    return edit
+
+
+def modules_renamed(folder):  # the modules' class paths rewritten: their class names still say SPLADE
+    path = folder / "modules.json"
+    path.write_text(path.read_text().replace("sentence_transformers.sparse_encoder", "my_package"))
+    removed(folder)
+
+
+@pytest.mark.parametrize("edit", [removed, declared(None), declared("SentenceTransformer"), modules_renamed,
+                                  lambda folder: (folder / "modules.json").unlink()],
+                         ids=["declaration removed", "declaration null", "declared dense", "module paths rewritten",
+                              "modules.json lost"])
+def test_a_sparse_folder_is_refused_whatever_its_declaration_says_or_lacks(families, edit, tmp_path):
+    """The family is read from the module types too (and from the declaration when modules.json is gone), so a
+    sparse folder is never scored as a dense one."""
+    folder = tmp_path / "sparse"
+    shutil.copytree(families["sparse"], folder)
+    edit(folder)
+    with pytest.raises(DataError, match="never converts one family into another"):
+        load_embedder(str(folder), device="cpu")
+
+
 @pytest.mark.parametrize("name, modules", [("static", "StaticEmbedding"), ("router", "Router(default route: document)"),
                                            ("old-layout", "Transformer > Pooling(mean)")])
 def test_a_dense_folder_sentence_transformers_loads_as_it_is_is_scored_with_its_own_vectors(families, name, modules):

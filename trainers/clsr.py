@@ -52,7 +52,7 @@ from .clsr_data import (
     held_out_sentences,
     require_full_batch,
 )
-from .data import check_train_dataset, data_fingerprint
+from .data import check_train_dataset, data_fingerprint, dataset_column_names
 from .lars import LARS, lars_param_groups
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
@@ -271,19 +271,24 @@ class CLSRTrainer:
         folder: `held_out_sentences`) is dropped; the backbone's pooled vectors are computed here, once (the recipe
         caches them on disk: ``csekit.trainers.EmbeddingCache``)."""
         check_trainer_model(model, cls)
-        check_train_dataset(train_dataset, cls.data_columns, args.per_device_train_batch_size, "train_dataset", "clsr")
+        columns = dataset_column_names(train_dataset, "train_dataset")
+        if not {"sent0", "sent1"} <= set(columns):
+            raise DataError(f"train_dataset: columns {','.join(columns)}, but CLSR trains on positive pairs, "
+                            "sent0,sent1")
+        pairs = {name: list(train_dataset[name]) for name in ("sent0", "sent1")}  # (a hard_neg column is not read)
+        check_train_dataset(pairs, cls.data_columns, args.per_device_train_batch_size, "train_dataset", "clsr")
         if sts_evaluator is not None and not isinstance(sts_evaluator, STSEvaluator):
             raise DataError(f"sts_evaluator: a {type(sts_evaluator).__name__}; pass csekit.evaluation.STSEvaluator("
                             "data_dir, ['STSBenchmark'], split='dev'), which scores the model in training")
         held_out = held_out_sentences(data_dir)
-        corpus = build_pair_corpus(train_dataset["sent0"], train_dataset["sent1"], held_out)
+        corpus = build_pair_corpus(pairs["sent0"], pairs["sent1"], held_out)
         require_full_batch(corpus, args.per_device_train_batch_size)
         args = steps_as_epochs(args, len(corpus.pairs) // args.per_device_train_batch_size)
         vectors = model.encode_pooled(corpus.sentences, batch_size=encode_batch_size)
         dev = None if sts_evaluator is None else CachedSTSEvaluator(
             sts_evaluator, model.encode_pooled(sts_evaluator.sentences(), batch_size=encode_batch_size))
         record = {**setup_record("csekit-clsr", None, training_args=args),
-                  TRAIN_DATA: data_fingerprint({name: list(train_dataset[name]) for name in ("sent0", "sent1")})}
+                  TRAIN_DATA: data_fingerprint(pairs)}
         return cls(model, args, vectors, corpus, held_out, dev, run_record=record)
 
     def _writer(self):

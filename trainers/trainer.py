@@ -618,18 +618,26 @@ class ContrastiveTrainer(Trainer):
                 model.saving_checkpoint = False
         if not isinstance(model, SentenceEncoderForTraining):
             return super().save_model(output_dir, _internal_call)
-        output_dir = output_dir or self.args.output_dir
         if self.args.should_save:
-            os.makedirs(output_dir, exist_ok=True)
-            model.sentence_encoder().save_pretrained(output_dir)
-            if self.processing_class is not None:
-                self.processing_class.save_pretrained(output_dir)
+            self.save_whole(model.sentence_encoder(), output_dir or self.args.output_dir)
+
+    def save_whole(self, model, output_dir: str, state_dict=None) -> None:
+        """``model``'s folder with the trainer's tokenizer, written whole by its ``save_pretrained`` (staged, then
+        committed under the folder's lock: [`staged_save`][csekit.modeling.folder_commit.staged_save]), never file by
+        file into the folder."""
+        if self.processing_class is not None:
+            model.tokenizer = self.processing_class
+        model.save_pretrained(output_dir, **({"state_dict": state_dict} if state_dict is not None else {}))
 
     def _save(self, output_dir: Optional[str] = None, state_dict=None) -> None:
-        """The Trainer's save less its pickled arguments (``training_args.bin``): a csekit folder holds no pickle.
-        The run's arguments are in ``training_args.json``
+        """A final save is [`save_whole`][csekit.trainers.trainer.ContrastiveTrainer.save_whole]'s; a checkpoint (into
+        its hidden partial folder) is the Trainer's, less its pickled arguments (``training_args.bin``): a csekit
+        folder holds no pickle. The run's arguments are in ``training_args.json``
         ([`write_arguments`][csekit.trainers.arguments.write_arguments]),
         what a resume checks in each checkpoint's ``csekit_run.json``."""
+        model = self.accelerator.unwrap_model(self.model)
+        if not getattr(model, "saving_checkpoint", True):
+            return self.save_whole(model, output_dir or self.args.output_dir, state_dict)
         super()._save(output_dir, state_dict)
         pickled = os.path.join(output_dir or self.args.output_dir, TRAINING_ARGS_NAME)
         if self.args.should_save and os.path.exists(pickled):

@@ -12,7 +12,7 @@ from ..errors import DataError
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
 from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
-from ..preflight import check_model_inputs, is_csekit_model, load_tokenizer, read_model_config
+from ..preflight import PROBE_SENTENCE, check_model_inputs, is_csekit_model, load_tokenizer, read_model_config
 from ..st_folder import (
     describe_modules,
     is_st_folder,
@@ -88,6 +88,7 @@ def load_embedder(
         embed, info = _load_embedder(name_or_path, pooler, max_length, batch_size, device, pooling_layers)
     else:
         raise DataError(f"unknown backend {backend!r}; choose torch or onnx")
+    info = {**info, "dimension": int(embed([PROBE_SENTENCE]).shape[-1])}  # the vectors', whatever a config declares
     if truncate_dim is None:
         return embed, info
     if truncate_dim > info["dimension"]:

@@ -125,7 +125,18 @@ def files_to_push(model_dir) -> list:
     load_eval_record(folder)
     optional = [name for name in OPTIONAL_FILES if (folder / name).is_file()]
     files = weights + ["config.json"] + code_files(folder, auto_map) + tokenizer + ["README.md", RESULTS_FILE]
-    return publishable(folder, sorted(set(files + optional + sentence_transformers_files(folder))))
+    files = publishable(folder, sorted(set(files + optional + sentence_transformers_files(folder))))
+    check_loads_as_saved(folder)
+    return files
+
+
+def check_loads_as_saved(folder: Path) -> None:
+    """The folder loads with csekit's classes, and its sentence-transformers files say the model its config says
+    (the loading's own check, [`LayoutDisagreement`][csekit.modeling.errors.LayoutDisagreement]): what is published
+    encodes as what was trained, through ``AutoModel`` and ``SentenceTransformer`` alike."""
+    from transformers import AutoModel
+
+    AutoModel.from_pretrained(folder, local_files_only=True)
 
 
 def sentence_transformers_files(folder: Path) -> list:
