@@ -77,6 +77,9 @@ class Method:
             generators at all.
         loss_terms: the terms its loss adds to its contrastive term, ``{label: the config field weighting it}``; the
             conformance suite checks that each weight moves the loss and the gradients.
+        fields_outside_the_loss: the float settings of its config that one step's loss does not read, ``{field:
+            why}``; the conformance suite checks that every other float setting, given to a model built anew,
+            changes the loss of the same examples (a value hard-coded or read nowhere fails it).
         test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8
             (``{backbone}``: that backbone's folder; ``{masked_lm}``: it with a masked-LM head, tests/conftest.py).
         test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
@@ -101,6 +104,7 @@ class Method:
     stochastic: dict = field(default_factory=lambda: {"dropout": ()})
     forward_draws: dict = field(default_factory=dict)
     loss_terms: dict = field(default_factory=dict)
+    fields_outside_the_loss: dict = field(default_factory=dict)
     test_flags: tuple = ()
     test_data: str = "sentences"
 
@@ -275,6 +279,8 @@ register(Method(
     stochastic={"shuffled groups": (), "dropout positives": ("--positive_source", "dropout")},
     # the channel shuffle of shuffled group whitening: torch.randperm in the authors' forward
     forward_draws={"group shuffles": ("--whitening", "group")},
+    fields_outside_the_loss={"whitening_momentum": "it updates the running whitening statistics that inference "
+                                                   "uses; training whitens each batch by its own statistics"},
     # 16 groups of 2 channels: fewer channels per group than the tests' per-process batches
     test_flags=("--pooler_type", "cls", "--num_groups", "16"),
 ))
@@ -295,6 +301,8 @@ register(Method(
     stochastic={"mlm masks": (), "word repetition": ("--contrastive_augmentation", "word_repetition"),
                 "drop one word": ("--contrastive_augmentation", "drop_one_word")},
     loss_terms={"contrastive": "contrastive_weight", "conditional MLM": "mlm_weight"},
+    fields_outside_the_loss={"hard_negative_weight": "it weights hard negatives, and CMLM-CSE trains on one text "
+                                                     "column"},
     # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder
     test_flags=("--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"),
 ))
@@ -314,6 +322,10 @@ register(Method(
     card="esimcse.md",
     gradient_caching=True,
     stochastic={"subword repetition": (), "word repetition": ("--repetition_unit", "word")},
+    fields_outside_the_loss={
+        "momentum": "it moves the momentum encoder after each update, so a step's loss reads it one step later "
+                    "(tests/test_esimcse.py checks the update)",
+        "hard_negative_weight": "it weights hard negatives, and ESimCSE trains on one text column"},
     # a queue of 2 batches of the tests' 8 sentences: full from the third step on
     test_flags=("--pooler_type", "cls", "--queue_size", "16"),
 ))
@@ -339,6 +351,8 @@ register(Method(
     gradient_caching=False,
     stochastic={"dropout and masks": ()},
     loss_terms={"replaced-token detection": "lambda_weight"},
+    fields_outside_the_loss={"hard_negative_weight": "it weights hard negatives, and DiffCSE trains on one text "
+                                                     "column"},
     # the generator: the tests' backbone with a fresh masked-LM head (``{backbone}``: tests/conftest.py)
     test_flags=("--pooler_type", "cls", "--generator_name_or_path", "{masked_lm}"),
 ))

@@ -225,8 +225,9 @@ def test_recipe_killed_mid_save_leaves_no_model_and_no_truncated_file(workspace,
     old = files(out)
     assert {"config.json", "model.safetensors.index.json", "eval_results.json", "training_args.json"} <= set(old)
     # the second run's touches of out: 1-2 check that it can write there (an anonymous file), 3 creates its lock's
-    # temporary file, 4 removes it, 5 removes config.json, 6.. move the new files in
-    killed = run_killed(RECIPE + ["--seed", "1"], out, 6, cwd=workspace)
+    # temporary file, 4 removes it, 5-7 remove the folder the model's own staged save wrote in (committed into the
+    # run's staging folder), 8 removes config.json, 9.. move the new files in
+    killed = run_killed(RECIPE + ["--seed", "1"], out, 9, cwd=workspace)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     now = files(out)
     assert "config.json" not in now and now != old and len(list(out.glob(".csekit-staging-*"))) == 1

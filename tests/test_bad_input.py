@@ -124,6 +124,9 @@ ROWS = [
     # evaluate
     Row("csekit evaluate weights-only", "model folder with weights, no `config.json`", E + NO_CONFIG),
     Row("csekit evaluate truncated", "truncated `model.safetensors`", E + TRUNCATED),
+    Row("csekit evaluate other-pooling", "a csekit folder whose sentence-transformers files say another pooling",
+        E + 'other-pooling: 1_Pooling/config.json pooling_mode is "cls" where the config gives "mean", so '
+        "SentenceTransformer(folder) would load another model than this config; save the model again with csekit"),
     Row("csekit evaluate corrupt", "corrupt `model.safetensors` header", E + CORRUPT),
     Row("csekit evaluate tiny --max-length 0", "length ≤ 0", "csekit evaluate: error: argument --max-length: must be "
         "an integer >= 1, got '0' (see csekit evaluate --help)"),
@@ -227,6 +230,10 @@ ROWS = [
     Row("csekit train simcse --per_device_train_batch_size 1", "one example per step",
         E + "--per_device_train_batch_size 1 x 1 process(es): each anchor would see no negative, so the contrastive "
         "loss is constant and nothing trains; use 2 or more examples per step"),
+    Row("csekit train simcse --train_file same.txt --duplicate_negatives mask", "every in-batch candidate a masked "
+        "copy", E + "--duplicate_negatives mask: every in-batch candidate of this data is a copy of its anchor or "
+        "positive, so every step's loss is 0 and nothing trains; train on more than one distinct text, or use "
+        "--duplicate_negatives keep"),
     Row("csekit train whitenedcse --per_device_train_batch_size 1", "one example per step",
         E + "--per_device_train_batch_size 1 x 1 process(es): each anchor would see no negative, so the contrastive "
         "loss is constant and nothing trains; use 2 or more examples per step"),
@@ -503,6 +510,10 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
     (folder / "truncated" / "encoder" / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     (folder / "corrupt" / "encoder" / "model.safetensors").write_bytes(weights[:8] + b"#" * 32 + weights[40:])
     (folder / "sentences.txt").write_text("".join(f"sentence number {i}\n" for i in range(70)))
+    (folder / "same.txt").write_text("the same sentence\n" * 70)
+    copy_folder(tiny, folder / "other-pooling")  # its sentence-transformers pooling edited, its config not
+    pooling = folder / "other-pooling" / "1_Pooling" / "config.json"
+    pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode": "cls"}))
     (folder / "pairs.csv").write_text("sent0,sent1\n" + "".join(f"first {i},second {i}\n" for i in range(70)))
     (folder / "bad-utf8.txt").write_bytes(b"fine\n\xff not utf-8\n")
     (folder / "bad-utf8.csv").write_bytes(b"sent0,sent1\n\xff,b\n")

@@ -42,7 +42,7 @@ from conftest import (
     save_tiny_backbone,
 )
 from csekit import cli
-from csekit.methods import METHODS, Method, OneProcess
+from csekit.methods import METHODS, Method, OneProcess, load_object
 from csekit.trainers.arguments import config_fields
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell today."]
@@ -130,16 +130,37 @@ def data(tmp_path_factory, corpus, data_dir) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_backbone, data) -> dict:
-    """``{method name: output folder}`` of one uninterrupted run per method, made on first use."""
-    folders = {}
+    """``{method name: output folder}`` of one uninterrupted run per method, made on first use; ``get.vectors[name]``
+    holds the trained model's own inference vectors of ``SENTENCES``, taken in memory when the run saved its final
+    model (the training model's, before the published encoder is made from it)."""
+    from csekit.modeling import SentenceEncoderPreTrainedModel
+    from csekit.trainers import ContrastiveTrainer
+
+    folders, vectors = {}, {}
 
     def get(method: Method) -> Path:
         if method.name not in folders:
             folder = tmp_path_factory.mktemp(method.name) / "out"
-            train(method, recipe_argv(method, tiny_backbone, data, folder, "--do_test_eval", "true"))
+            save_model, save_pretrained = ContrastiveTrainer.save_model, SentenceEncoderPreTrainedModel.save_pretrained
+
+            def recording_save_model(self, output_dir=None, _internal_call=False):
+                if not _internal_call:
+                    vectors.setdefault(method.name, self.accelerator.unwrap_model(self.model).encode(SENTENCES))
+                return save_model(self, output_dir, _internal_call)
+
+            def recording_save_pretrained(self, directory, *args, **kwargs):
+                if not self.saving_checkpoint:  # (CLSR's own loop saves its trained model directly)
+                    vectors.setdefault(method.name, self.encode(SENTENCES))
+                return save_pretrained(self, directory, *args, **kwargs)
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(ContrastiveTrainer, "save_model", recording_save_model)
+                patch.setattr(SentenceEncoderPreTrainedModel, "save_pretrained", recording_save_pretrained)
+                train(method, recipe_argv(method, tiny_backbone, data, folder, "--do_test_eval", "true"))
             folders[method.name] = folder
         return folders[method.name]
 
+    get.vectors = vectors
     return get
 
 
@@ -196,12 +217,15 @@ def loaded_without_csekit(request, trained, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("method", methods())
 def test_saved_model_loads_with_automodel_remote_code_and_sentence_transformers(method, trained,
                                                                                loaded_without_csekit):
+    """Trained = published: the trained model's own vectors (in memory, at its final save) equal ``AutoModel`` on the
+    saved folder, which equals ``trust_remote_code`` without csekit and ``SentenceTransformer(folder)``."""
     from transformers import AutoModel
 
     folder = trained(method)
     model = AutoModel.from_pretrained(folder)
     assert type(model) is method.model_class  # the published model, never a training-only one
     expected = np.asarray(model.encode(SENTENCES))
+    np.testing.assert_allclose(expected, trained.vectors[method.name], atol=1e-6, rtol=0)  # trained = published
     loaded = loaded_without_csekit[method.name]
     np.testing.assert_allclose(loaded["remote"], expected, atol=1e-6, rtol=0)
     if (folder / "modules.json").is_file():
@@ -275,17 +299,59 @@ def crash_after_first_checkpoint():
             module.move_into_place = original
 
 
+def flattened(value, prefix: str = "") -> dict:
+    """``{path: leaf}`` of a nested state (dicts, lists, tensors, numbers)."""
+    if isinstance(value, dict):
+        return {key: leaf for name, item in value.items() for key, leaf in flattened(item, f"{prefix}{name}/").items()}
+    if isinstance(value, (list, tuple)):
+        return {key: leaf for index, item in enumerate(value)
+                for key, leaf in flattened(item, f"{prefix}{index}/").items()}
+    return {prefix.rstrip("/"): value.detach().clone() if torch.is_tensor(value) else value}
+
+
+def state_recorder(method: Method, states: list, step: int = 2):
+    """``method``'s trainer, recording when step ``step + 1`` starts the whole training state in memory: every
+    parameter and buffer of the training model (those a checkpoint does not hold included: a queue, running
+    statistics), the optimizer's and the scheduler's state."""
+    class Recording(method.trainer_class):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if self.state.global_step == step and not states:
+                unwrapped = self.accelerator.unwrap_model(model)
+                states.append({**flattened(dict(unwrapped.named_parameters()), "parameters/"),
+                               **flattened(dict(unwrapped.named_buffers()), "buffers/"),
+                               **flattened(self.optimizer.state_dict(), "optimizer/"),
+                               **flattened(self.lr_scheduler.state_dict(), "scheduler/")})
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    return Recording if trains_with_trainer(method) else None
+
+
 @pytest.mark.parametrize("method, flags", stochastic_cases())
 def test_a_run_resumed_after_a_crash_ends_like_the_uninterrupted_one(method, flags, trained, tiny_backbone, data,
                                                                      tmp_path):
-    uninterrupted = trained(method) if not flags else tmp_path / "full"
-    if flags:
-        train(method, recipe_argv(method, tiny_backbone, data, uninterrupted, *flags))
+    """The resumed run's whole state when it takes its first step (every buffer and the optimizer's state, compared
+    as state, which a tiny model's final weights cannot always tell apart) is the uninterrupted run's at that step,
+    and both end with the same weights."""
+    before, after = [], []
+    if flags or trains_with_trainer(method):  # (a run that records its state: the shared run does not)
+        uninterrupted = tmp_path / "full"
+        train(method, recipe_argv(method, tiny_backbone, data, uninterrupted, *flags),
+              trainer_class=state_recorder(method, before))
+    else:
+        uninterrupted = trained(method)
     crashed = tmp_path / "crashed"
     with crash_after_first_checkpoint(), pytest.raises(Crash):
         train(method, recipe_argv(method, tiny_backbone, data, crashed, *flags))
     assert not (crashed / "config.json").exists()
-    train(method, recipe_argv(method, tiny_backbone, data, crashed, *flags, "--resume_from_checkpoint", "last"))
+    train(method, recipe_argv(method, tiny_backbone, data, crashed, *flags, "--resume_from_checkpoint", "last"),
+          trainer_class=state_recorder(method, after))
+    if trains_with_trainer(method):
+        assert before and after and before[0].keys() == after[0].keys(), sorted(set(before[0]) ^ set(after[0]))
+        for name, value in before[0].items():
+            if torch.is_tensor(value):
+                torch.testing.assert_close(after[0][name], value, rtol=1e-5, atol=1e-7, msg=name)
+            else:
+                assert after[0][name] == value, name
     assert_same_weights(load_weights(uninterrupted), load_weights(crashed))
 
 
@@ -452,6 +518,79 @@ def test_each_declared_loss_term_moves_the_loss_and_the_gradients_with_its_weigh
 
     train(method, recipe_argv(method, backbone, data, tmp_path / "out", steps=1), trainer_class=Checking)
     assert seen["loss"] and seen["gradients"], seen
+
+
+def float_field_cases() -> list:
+    """``(method, field)`` for each float setting of a method's config; one the registry declares outside the loss
+    (``Method.fields_outside_the_loss``) is a skipped case saying why."""
+    cases = []
+    for method in METHODS.values():
+        defaults = method.config_class()
+        for name in [field.name for field in config_fields(method.config_class)
+                     if isinstance(getattr(defaults, field.name), float)]:
+            why = method.fields_outside_the_loss.get(name)
+            cases.append(pytest.param(method, name, id=f"{method.name}-{name}", marks=[pytest.mark.skip(
+                reason=f"{method.name}: {name}: {why}")] if why else []))
+    return cases
+
+
+def another_value(default: float) -> float:
+    """A valid value other than ``default`` for a rate, weight, temperature or epsilon (all in (0, 1] or 0)."""
+    return 0.5 if default == 0.0 else min(default * 2 + 0.1, 0.9) if default < 1 else default / 2
+
+
+@pytest.mark.parametrize("method, name", float_field_cases())
+def test_every_float_setting_changes_the_loss_of_a_model_built_with_it(method, name, tokenizer, data, tmp_path):
+    """Each float setting of the config is live: a model built anew from a config where only that setting differs
+    (the same weights), with the method's collator for that config, gives the same examples another loss. A value
+    hard-coded, copied at construction and never read again, or read nowhere fails here whatever its default is.
+    Examples are triplets where the method takes them (so a hard-negative weight is read)."""
+    import copy
+
+    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)
+    if not trains_with_trainer(method):  # its own loop (CLSR): one epoch of the head from each model's config
+        arguments = load_object(method.exports[0])
+        pairs = {"sent0": [f"a sentence about harbour {i}" for i in range(16)],
+                 "sent1": [f"a line on harbour {i}" for i in range(16)]}
+        losses = []
+        for value in (getattr(method.config_class(), name), another_value(getattr(method.config_class(), name))):
+            args = arguments(output_dir=str(tmp_path / "out"), num_train_epochs=1, per_device_train_batch_size=8,
+                             warmup_epochs=0, eval_epochs=1)
+            reseed(0)  # the same head weights for both
+            model = method.model_class.from_encoder(str(backbone), **{name: value})
+            losses.append(method.trainer_class.from_dataset(model, args, pairs).train()["history"][0]["loss"])
+        assert losses[0] != losses[1], (name, losses)
+        return
+    seen = {}
+
+    class Checking(method.trainer_class):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if not seen:
+                unwrapped = self.accelerator.unwrap_model(model)
+                state, losses = copy.deepcopy(unwrapped.state_dict()), []
+                triplets = ("sent0", "sent1", "hard_neg") in self.data_columns
+                features = [{"sent0": f"a sentence about harbour {i}", "example_index": i,
+                             **({"sent1": f"a line on harbour {i}", "hard_neg": f"no word of sea {i}"} if triplets
+                                else {})} for i in range(8)]
+                for value in (getattr(unwrapped.config, name), another_value(getattr(unwrapped.config, name))):
+                    config = copy.deepcopy(unwrapped.config)
+                    setattr(config, name, value)
+                    built = type(unwrapped)(config).to(unwrapped.device)
+                    built.load_state_dict(state)
+                    built.tokenizer = unwrapped.tokenizer
+                    collator = (dataclasses.replace(self.data_collator, config=config)
+                                if hasattr(self.data_collator, "config") else self.data_collator)
+                    reseed(0)
+                    batch = self._prepare_inputs(collator(copy.deepcopy(features)))
+                    with torch.no_grad():
+                        losses.append(self.compute_loss(built.train(), batch).detach().float())
+                seen.update(losses=losses)
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    train(method, recipe_argv(method, backbone, data, tmp_path / "out", "--padding_free", "false", steps=1),
+          trainer_class=Checking)
+    first, second = seen["losses"]
+    assert torch.isfinite(first) and torch.isfinite(second) and not torch.equal(first, second), (name, seen)
 
 
 # ------------------------------------------------------------------------------------------------ processes

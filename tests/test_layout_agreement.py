@@ -17,7 +17,7 @@ from csekit import cli
 from csekit.evaluation import load_embedder
 from csekit.modeling import SimCSEConfig, SimCSEModel
 from csekit.modeling.errors import LayoutDisagreement
-from csekit.publishing.hub import check_loads_as_saved
+from csekit.publishing.hub import files_to_push
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach."]
 
@@ -65,8 +65,11 @@ def test_a_csekit_folder_whose_sentence_transformers_files_disagree_is_refused(s
     with pytest.raises(LayoutDisagreement) as error:
         AutoModel.from_pretrained(folder)
     assert words in str(error.value) and "\n" not in str(error.value)
+    scores = dict.fromkeys(("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"), 1.0)
+    (folder / "eval_results.json").write_text(json.dumps({"model": "sup", "pooler": "cls", "sts": scores}))
+    (folder / "README.md").write_text("card\n")
     with pytest.raises(LayoutDisagreement, match="save the model again with csekit"):
-        check_loads_as_saved(folder)  # the push's check
+        files_to_push(folder)  # what `csekit push` and trainer.push_to_hub upload
     output = tmp_path / "scores.json"
     assert cli.main(["evaluate", str(folder), "--tasks", "sts", "--output", str(output)]) == 2
     assert words in capsys.readouterr().err and not output.exists()

@@ -627,7 +627,8 @@ class ContrastiveTrainer(Trainer):
         file into the folder."""
         if self.processing_class is not None:
             model.tokenizer = self.processing_class
-        model.save_pretrained(output_dir, **({"state_dict": state_dict} if state_dict is not None else {}))
+        model.save_pretrained(output_dir, is_main_process=self.args.should_save,  # (the others join the gathers)
+                              **({"state_dict": state_dict} if state_dict is not None else {}))
 
     def _save(self, output_dir: Optional[str] = None, state_dict=None) -> None:
         """A final save is [`save_whole`][csekit.trainers.trainer.ContrastiveTrainer.save_whole]'s; a checkpoint (into
