@@ -180,12 +180,19 @@ def local_paths(value) -> list:
         return sorted({path for key, item in value.items() if key != LOCAL_PATHS for path in local_paths(item)})
     if isinstance(value, list):
         return sorted({path for item in value for path in local_paths(item)})
-    if not isinstance(value, str) or not value or "\n" in value or "://" in value:
+    if not isinstance(value, str) or not value:
         return []
     expanded = os.path.expanduser(value)
-    local = os.path.isabs(expanded) or bool(re.match(r"[A-Za-z]:[\\/]", value)) or (
-        ("/" in value or os.sep in value) and Path(expanded).exists())
-    return [value] if local else []
+    whole = "\n" not in value and "://" not in value and (os.path.isabs(expanded) or (
+        ("/" in value or os.sep in value) and Path(expanded).exists()))
+    return [value] if whole or PATH_TOKEN.fullmatch(value) else sorted(set(PATH_TOKEN.findall(value)))
+
+
+# a local path inside any string (a command line, a message), on any platform: a file: URL, a UNC path (\\host\share),
+# a drive path (C:\ or C:/), a home path (~ or ~user/...), a POSIX absolute path (/a/..., not inside a word, a URL
+# or a fraction like 12/02)
+PATH_TOKEN = re.compile(r"""(?:file:[^\s'"]+|\\\\[^\s'"\\/]+[\\/][^\s'"]*|(?<![\w])[A-Za-z]:[\\/][^\s'"]*"""
+                        r"""|(?<![\w/~.-])~[\w.-]*(?:/[^\s'"]*)?(?=$|[\s'"])|(?<![\w:/.~-])/[^\s'"/]+(?:/[^\s'"]*)?)""")
 
 
 def snapshot_of(folder) -> Optional[tuple]:

@@ -330,6 +330,27 @@ def test_local_paths_become_base_names_and_hub_ids_stay():
     assert replaced["/home/alice/clientX/backbone"] == "backbone"
 
 
+@pytest.mark.parametrize("value, published", [
+    ("C:\\Users\\alice\\models\\backbone", "backbone"),
+    ("D:/runs/out", "out"),
+    ("\\\\fileserver\\share\\backbone", "backbone"),
+    ("file:///home/alice/backbone", "backbone"),
+    ("~bob/models/backbone", "backbone"),
+    ("csekit train simcse --model_name_or_path /home/alice/backbone --train_file C:\\data\\wiki.txt",
+     "csekit train simcse --model_name_or_path backbone --train_file wiki.txt"),
+    ("https://huggingface.co/org/name", "https://huggingface.co/org/name"),
+    ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
+    ("12/02/2026, 80 it/s, see docs/training.md", "12/02/2026, 80 it/s, see docs/training.md"),
+], ids=["windows", "drive with slashes", "unc", "file url", "another user's home", "inside a command", "url",
+        "hub id", "text"])
+def test_a_local_path_of_any_platform_anywhere_in_a_string_is_published_as_its_base_name(value, published):
+    from csekit.publishing.hub import strip_local_paths
+
+    replaced = {}
+    assert strip_local_paths({"field": value, "list": [value]}, replaced) == {"field": published, "list": [published]}
+    assert bool(replaced) == (value != published)
+
+
 def test_push_uploads_no_local_path_and_model_files_have_the_folder_mode(tiny_backbone, corpus, tmp_path,
                                                                           monkeypatch):
 

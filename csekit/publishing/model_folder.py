@@ -3,6 +3,7 @@
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -49,10 +50,18 @@ def strip_local_paths(value, replaced: dict, recorded=()):
         return {key: strip_local_paths(item, replaced, recorded) for key, item in value.items() if key != LOCAL_PATHS}
     if isinstance(value, list):
         return [strip_local_paths(item, replaced, recorded) for item in value]
-    if isinstance(value, str) and (value in recorded or local_paths(value)):
-        replaced[value] = Path(value.rstrip("/\\")).name or value
-        return replaced[value]
+    if not isinstance(value, str):
+        return value
+    found = [value] if value in recorded else local_paths(value)
+    for path in found:  # the whole string, or each path inside it (a command line) as it stands there
+        replaced[path] = base_name(path)
+        value = replaced[path] if path == value else value.replace(path, replaced[path])
     return value
+
+
+def base_name(path: str) -> str:
+    """The last part of a local path of any platform (``C:\\models\\bert`` → ``bert``, ``file:///x/y`` → ``y``)."""
+    return re.split(r"[\\/]", path.rstrip("/\\"))[-1] or path
 
 
 def load_eval_record(model_dir) -> dict:
