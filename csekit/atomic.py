@@ -32,7 +32,9 @@ from .modeling.folder_commit import (  # the commit every model save shares, std
     commit_files,
     current_umask,
     default_mode,
+    private_folder,
     process_alive,
+    remove_abandoned,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,26 +88,6 @@ def write_text(path, text: str) -> Path:
 
 def write_json(path, value) -> Path:
     return write_text(path, json.dumps(value, indent=2) + "\n")
-
-
-def private_folder(parent, prefix: str) -> Path:
-    """A new hidden work folder ``parent/<prefix><pid>-<random>``; [`remove_abandoned`][csekit.atomic.remove_abandoned]
-    recognises it as this
-    process's."""
-    return Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
-
-
-def remove_abandoned(parent, prefix: str) -> list:
-    """Remove the [`private_folder`][csekit.atomic.private_folder] s of ``prefix`` in ``parent`` whose process is no
-    longer running (a SIGKILL
-    leaves them behind); those of running processes stay. Returns what was removed."""
-    removed = []
-    for path in sorted(Path(parent).glob(f"{prefix}*")):
-        pid = path.name[len(prefix):].split("-")[0]
-        if path.is_dir() and pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
 
 
 def exchange(first, second) -> bool:

@@ -31,7 +31,7 @@ MODEL_FOLDER_FILES = (
     "eval_results.json", "README.md", "comparison.md", "*.png", "modules.json", "config_sentence_transformers.json",
 )
 SAVE_WAIT = 60.0  # seconds a save waits for another save into the same folder before refusing
-SAVE_PREFIX = ".csekit-save-"  # a staged save's folder beside its destination: .csekit-save-<name>-<pid>-<random>
+SAVE_PREFIX = ".csekit-save-"  # a staged save's folder beside its destination: .csekit-save-<pid>-<random>
 
 
 def current_umask() -> int:
@@ -98,25 +98,27 @@ class FolderLock:
         try:
             with os.fdopen(handle, "w") as stream:
                 json.dump(self.record, stream)
+            retries = 2  # a lock gone or taken over from a dead process: tried again twice, then refused
             while True:
                 try:
                     os.link(temporary, self.path)
                     return self
                 except FileExistsError:
                     holder = self.holder()
-                    if holder is None:
+                    if holder is not None and not self.stale(holder) and time.monotonic() < deadline:
+                        time.sleep(0.05)  # a live holder, waited for
                         continue
-                    if self.stale(holder):
+                    if holder is not None and not self.stale(holder):
+                        pid, host = holder.get("pid"), holder.get("host")
+                        who = f"process {pid} on {host}" if pid else "another run"
+                        self.refuse(f"{self.flag} {self.target}: in use by {who} ({self.path}); wait for it to end "
+                                    f"or choose another {self.flag} (delete the lock file only if that run is gone)")
+                    if not retries:
+                        self.refuse(f"{self.flag} {self.target}: could not take {self.path}; try again")
+                    retries -= 1
+                    if holder is not None:  # a dead process's lock on this host
                         self.took_over(holder)
                         self.path.unlink(missing_ok=True)
-                        continue
-                    if time.monotonic() < deadline:
-                        time.sleep(0.05)
-                        continue
-                    pid, host = holder.get("pid"), holder.get("host")
-                    who = f"process {pid} on {host}" if pid else "another run"
-                    self.refuse(f"{self.flag} {self.target}: in use by {who} ({self.path}); wait for it to end or "
-                                f"choose another {self.flag} (delete the lock file only if that run is gone)")
         finally:
             os.remove(temporary)
 
@@ -181,12 +183,23 @@ def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_
     return destination
 
 
-def remove_abandoned_saves(parent: Path) -> None:
-    """Remove the staged-save folders in ``parent`` of processes no longer running (a kill leaves them behind)."""
-    for path in parent.glob(f"{SAVE_PREFIX}*"):
-        pid = path.name.rsplit("-", 2)[-2] if path.name.count("-") >= 4 else ""
+def private_folder(parent, prefix: str) -> Path:
+    """A new hidden work folder ``parent/<prefix><pid>-<random>``;
+    [`remove_abandoned`][csekit.modeling.folder_commit.remove_abandoned] recognises it as this process's."""
+    return Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
+
+
+def remove_abandoned(parent, prefix: str) -> list:
+    """Remove the [`private_folder`][csekit.modeling.folder_commit.private_folder] s of ``prefix`` in ``parent``
+    whose process is no longer running (a SIGKILL leaves them behind); those of running processes stay. Returns what
+    was removed."""
+    removed = []
+    for path in sorted(Path(parent).glob(f"{prefix}*")):
+        pid = path.name[len(prefix):].split("-")[0]
         if path.is_dir() and pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager
@@ -200,8 +213,8 @@ def staged_save(destination, flag: str = "save_pretrained", wait: Optional[float
     never a mix."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned_saves(destination.parent)
-    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f"{SAVE_PREFIX}{destination.name}-{os.getpid()}-"))
+    remove_abandoned(destination.parent, SAVE_PREFIX)
+    staging = private_folder(destination.parent, SAVE_PREFIX)
     try:
         yield staging
         destination.mkdir(parents=True, exist_ok=True)
