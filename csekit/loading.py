@@ -25,13 +25,13 @@ from huggingface_hub import constants, snapshot_download
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
 from .errors import DataError
+from .modeling.folder_commit import ARGUMENTS_FILE
 from .preflight import read_model_config, weight_files
 from .st_folder import check_family, is_st_folder, module_entries, module_folders, module_kind
 
 # what csekit writes next to a trained model besides the weights: the test scores and the JSON twin of
 # transformers' pickled training_args.bin (model cards read both; nothing is unpickled)
 RESULTS_FILE = "eval_results.json"
-ARGUMENTS_FILE = "training_args.json"
 EMBEDDED_MODELS = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 SNAPSHOT_PATH = re.compile(r"models--(?P<repo>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})$")
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")

@@ -75,6 +75,9 @@ class Method:
             off}``. Every other draw comes from the collator's per-example generators (``trainers/randomness.py``):
             the conformance suite checks that with dropout and these off, a step does not depend on the global
             generators at all.
+        augmentations: the text augmentations its collator applies to the views after the first, ``{label: recipe
+            flags that turn it on}``; the conformance suite checks that each one makes views that differ from the
+            sentence (an augmentation never applied fails it).
         loss_terms: the terms its loss adds to its contrastive term, ``{label: the config field weighting it}``; the
             conformance suite checks that each weight moves the loss and the gradients.
         fields_outside_the_loss: the float settings of its config that one step's loss does not read, ``{field:
@@ -103,6 +106,7 @@ class Method:
     gradient_caching: bool = False
     stochastic: dict = field(default_factory=lambda: {"dropout": ()})
     forward_draws: dict = field(default_factory=dict)
+    augmentations: dict = field(default_factory=dict)
     loss_terms: dict = field(default_factory=dict)
     fields_outside_the_loss: dict = field(default_factory=dict)
     test_flags: tuple = ()
@@ -300,6 +304,8 @@ register(Method(
     gradient_caching=True,
     stochastic={"mlm masks": (), "word repetition": ("--contrastive_augmentation", "word_repetition"),
                 "drop one word": ("--contrastive_augmentation", "drop_one_word")},
+    augmentations={"word repetition": ("--contrastive_augmentation", "word_repetition"),
+                   "drop one word": ("--contrastive_augmentation", "drop_one_word")},
     loss_terms={"contrastive": "contrastive_weight", "conditional MLM": "mlm_weight"},
     fields_outside_the_loss={"hard_negative_weight": "it weights hard negatives, and CMLM-CSE trains on one text "
                                                      "column"},
@@ -322,6 +328,7 @@ register(Method(
     card="esimcse.md",
     gradient_caching=True,
     stochastic={"subword repetition": (), "word repetition": ("--repetition_unit", "word")},
+    augmentations={"subword repetition": (), "word repetition": ("--repetition_unit", "word")},
     fields_outside_the_loss={
         "momentum": "it moves the momentum encoder after each update, so a step's loss reads it one step later "
                     "(tests/test_esimcse.py checks the update)",

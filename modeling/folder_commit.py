@@ -30,6 +30,7 @@ MODEL_FOLDER_FILES = (
     "vocab.*", "merges.txt", "*.model", "chat_template*", "generation_config.json", "training_args.*",
     "eval_results.json", "README.md", "comparison.md", "*.png", "modules.json", "config_sentence_transformers.json",
 )
+ARGUMENTS_FILE = "training_args.json"  # the arguments of the run that trained the model, as JSON
 SAVE_WAIT = 60.0  # seconds a save waits for another save into the same folder before refusing
 SAVE_PREFIX = ".csekit-save-"  # a staged save's folder beside its destination: .csekit-save-<pid>-<random>
 

@@ -1,5 +1,6 @@
 """Base class of every csekit model: a Hugging Face encoder, a pooler and a method-specific head."""
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from transformers.utils import logging as transformers_logging
 from .configuration_encoder import SentenceEncoderConfig
 from .encoding import BatchCache, encode_sentences
 from .errors import LayoutDisagreement
-from .folder_commit import staged_save
+from .folder_commit import ARGUMENTS_FILE, staged_save
 from .packing import (
     PackedSequences,
     PackingUnsupported,
@@ -229,6 +230,9 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
             return self.write_folder(save_directory, tokenizer, *args, **kwargs)
         with staged_save(save_directory) as staging:
             self.write_folder(staging, tokenizer, *args, **kwargs)
+            if self.training_arguments is not None:  # the run that trained it, committed with its weights
+                (staging / ARGUMENTS_FILE).write_text(json.dumps(self.training_arguments, indent=2) + "\n",
+                                                               encoding="utf-8")
 
     def write_folder(self, folder, tokenizer, *args, **kwargs) -> None:
         """transformers' files, and with a ``tokenizer`` its files and the sentence-transformers files, into
@@ -269,6 +273,10 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         return self._tokenizer
 
     saving_checkpoint = False  # see save_pretrained
+    # the arguments of the run that trained the model (a dict of argument groups, as JSON values), set by csekit's
+    # trainers; a final save writes them as training_args.json in the same commit as the weights (the card's
+    # training table), never a pickle
+    training_arguments: Optional[dict] = None
 
     @staticmethod
     def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):

@@ -223,6 +223,25 @@ def saved_tiny_model(tmp_path_factory, tokenizer):
 
 
 # ------------------------------------------------------------------------------------------------ tiny recipe runs
+def another_value(default: float) -> float:
+    """A valid value other than ``default`` for a rate, weight, temperature or epsilon (all in (0, 1] or 0)."""
+    return 0.5 if default == 0.0 else default * 2 + 0.1 if default * 2 + 0.1 < 1 else default / 2
+
+
+def loss_settings(name: str) -> list:
+    """The settings a method's oracle test runs at, as ``pytest.param`` config overrides: the defaults, then every
+    float setting its loss reads (the config's float fields less the registry's ``fields_outside_the_loss``) changed
+    at once, so a setting hard-coded at its default value, or read nowhere, fails the oracle."""
+    from csekit.methods import get_method
+    from csekit.trainers.arguments import config_fields
+
+    method = get_method(name)
+    defaults = method.config_class()
+    changed = {field.name: another_value(getattr(defaults, field.name)) for field in config_fields(method.config_class)
+               if isinstance(getattr(defaults, field.name), float) and field.name not in method.fields_outside_the_loss}
+    return [pytest.param({}, id="defaults"), pytest.param(changed, id="changed")]
+
+
 def recipe_flags(method, backbone=None) -> list:
     """The method flags that build a recipe's model on the 2-layer, hidden-32 test backbone: the registry's
     ``test_flags`` (`csekit.methods`), ``{backbone}`` there standing for ``backbone``'s folder and ``{masked_lm}`` for

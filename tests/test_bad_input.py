@@ -417,6 +417,23 @@ ROWS = [
     Row("csekit card list-results", "`eval_results.json` that is not an object",
         E + "list-results/eval_results.json: holds a JSON list, not the object csekit writes; train with a csekit "
         "recipe or run `csekit evaluate` again"),
+    Row("csekit card crafted-average", "`eval_results.json` whose average is not the mean of its scores",
+        E + "crafted-average/eval_results.json: 'sts' avg 90.0 is not the mean of its tasks (1.00); csekit writes no "
+        "such record (run `csekit evaluate crafted-average --output crafted-average/eval_results.json` again)"),
+    Row("csekit card crafted-score", "`eval_results.json` with a score that is not finite",
+        E + "crafted-score/eval_results.json: 'base_sts' STS12: nan is not a score (a finite number in [-100, 100]); "
+        "csekit writes no such record (run `csekit evaluate crafted-score --output crafted-score/eval_results.json` "
+        "again)"),
+    Row("csekit card crafted-base", "`eval_results.json` naming a local folder as the base model",
+        E + "crafted-base/eval_results.json: 'base_model' '/home/someone/bert' is not a Hub id (a local model is "
+        "recorded as null); csekit writes no such record (run `csekit evaluate crafted-base --output "
+        "crafted-base/eval_results.json` again)"),
+    Row("csekit card outside-module --figure never", "a `modules.json` entry whose path leaves the folder",
+        E + "outside-module/modules.json: module 1: path '../tiny/1_Pooling' is not a sub-folder of the model folder; "
+        "refused"),
+    Row("csekit card pathless-module --figure never", "a `modules.json` entry without a path",
+        E + "pathless-module/modules.json: module 1 (Pooling) has no path; refused (save the model again with "
+        "sentence-transformers)"),
     Row("csekit compare not-results.json", "JSON that is not a csekit results record",
         E + "not-results.json: not a csekit results record (no sts, transfer, clustering, mteb scores); give a model "
         "folder with eval_results.json or the JSON of `csekit evaluate --output`"),
@@ -575,6 +592,18 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
     copy_folder(tiny, folder / "list-results")
     (folder / "list-results" / "eval_results.json").write_text("[1, 2]\n")
     (folder / "not-results.json").write_text('{"accuracy": 0.9}\n')
+    for name, edit in (("crafted-average", {"sts": {**scores, "avg": 90.0}}),
+                       ("crafted-score", {"base_sts": {**scores, "STS12": float("nan")}}),
+                       ("crafted-base", {"base_model": "/home/someone/bert"})):
+        copy_folder(tiny, folder / name)
+        record = json.loads((folder / name / "eval_results.json").read_text())
+        (folder / name / "eval_results.json").write_text(json.dumps({**record, **edit}))
+    for name, path in (("outside-module", "../tiny/1_Pooling"), ("pathless-module", None)):
+        copy_folder(tiny, folder / name)
+        entries = json.loads((folder / name / "modules.json").read_text())
+        entries[1] = {key: value for key, value in entries[1].items() if key != "path"}
+        entries[1].update({"path": path} if path else {})
+        (folder / name / "modules.json").write_text(json.dumps(entries))
     (folder / "null-number.yaml").write_text("learning_rate: null\n")
     nan_model = SimCSEModel(SimCSEConfig(encoder_config=tiny_bert_config(max_position_embeddings=512).to_dict(),
                                          pooler_type="avg"))

@@ -11,7 +11,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel
 
-from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
+from conftest import REPO_ROOT, loss_settings, run_isolated_python, tiny_bert_config
 from csekit.errors import DataError
 from csekit.evaluation.sts import STS_TASKS, CachedSTSEvaluator, STSEvaluator, load_sts_task
 from csekit.methods import METHODS
@@ -55,18 +55,20 @@ def direct_eq1(first: torch.Tensor, second: torch.Tensor, tau: float, exclude_se
     return total / len(anchors)
 
 
-def test_nt_xent_matches_direct_formula():
+@pytest.mark.parametrize("settings", loss_settings("clsr"))
+def test_nt_xent_matches_direct_formula(settings):
+    tau = CLSRConfig(encoder_config=tiny_bert_config().to_dict(), **settings).temperature
     first, second = torch.randn(5, 7), torch.randn(5, 7)
-    loss = nt_xent_loss(first, second, temperature=0.1).item()
-    assert loss == pytest.approx(direct_eq1(first, second, 0.1), rel=1e-5)
+    loss = nt_xent_loss(first, second, temperature=tau).item()
+    assert loss == pytest.approx(direct_eq1(first, second, tau), rel=1e-5)
     # the indicator matters: keeping cos(v_a, v_a) / tau in the denominator gives a different value
-    assert abs(loss - direct_eq1(first, second, 0.1, exclude_self=False)) > 1e-2
+    assert abs(loss - direct_eq1(first, second, tau, exclude_self=False)) > 1e-2
     # both directions: the mean of the (a, b) terms and the (b, a) terms, not either one alone
-    forward, backward = direct_eq1(first, second, 0.1, anchors=range(5)), direct_eq1(first, second, 0.1,
+    forward, backward = direct_eq1(first, second, tau, anchors=range(5)), direct_eq1(first, second, tau,
                                                                                     anchors=range(5, 10))
     assert loss == pytest.approx((forward + backward) / 2, rel=1e-5)
     assert abs(loss - forward) > 1e-3 and abs(loss - backward) > 1e-3
-    assert nt_xent_loss(second, first, 0.1).item() == pytest.approx(loss, rel=1e-6)
+    assert nt_xent_loss(second, first, tau).item() == pytest.approx(loss, rel=1e-6)
 
 
 def test_nt_xent_self_similarity_is_excluded():

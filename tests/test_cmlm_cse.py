@@ -12,7 +12,7 @@ from datasets import Dataset
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassError
 from transformers import AutoModel, BertForMaskedLM, BertModel, RobertaForMaskedLM, TrainingArguments
 
-from conftest import load_weights, run_isolated_python, tiny_bert_config, tiny_roberta_config
+from conftest import load_weights, loss_settings, run_isolated_python, tiny_bert_config, tiny_roberta_config
 from csekit.modeling import CMLMCSEConfig, CMLMCSEForPreTraining, CMLMCSEModel, SimCSEConfig, SimCSEModel
 from csekit.trainers.augmentations import contrastive_augmentation
 from csekit.trainers.cmlm_cse import CMLMCSECollator, CMLMCSETrainer
@@ -220,12 +220,22 @@ def test_lambda_zero_gradients_equal_simcse_exactly(tokenizer, tmp_path):
         assert torch.equal(cmlm_grads[name].grad, parameter.grad), name
 
 
-def test_trainer_logs_both_components(tokenizer, tmp_path):
-    model = tiny_model(tokenizer, mlm_weight=0.5)
+@pytest.mark.parametrize("settings", loss_settings("cmlm_cse"))
+def test_trainer_loss_is_the_weighted_sum_of_the_papers_two_terms(tokenizer, tmp_path, settings):
+    """L = contrastive_weight * L_contrast (eq. 1 of SimCSE on the two views, at the config's temperature) +
+    mlm_weight * L_MLM (the model's conditional MLM loss), each term logged."""
+    model = tiny_model(tokenizer, **{"mlm_weight": 0.5, **settings})
     trainer = trainer_for(model, tokenizer, tmp_path)
-    losses = trainer.compute_losses(model, model(**batch_for(tokenizer)), None)
+    outputs = model(**batch_for(tokenizer, config=model.config))
+    losses = trainer.compute_losses(model, outputs, None)
     assert set(losses) == {"loss", "contrastive", "mlm"}
-    torch.testing.assert_close(losses["loss"], losses["contrastive"] + 0.5 * losses["mlm"])
+    views = outputs.embeddings.double()
+    cosines = F.cosine_similarity(views[:, None, 0], views[None, :, 1], dim=-1) / model.config.temperature
+    contrastive = F.cross_entropy(cosines, torch.arange(len(views)))
+    config = model.config
+    torch.testing.assert_close(losses["contrastive"].double(), contrastive)
+    torch.testing.assert_close(losses["loss"].double(), config.contrastive_weight * contrastive
+                               + config.mlm_weight * outputs.mlm_loss.double())
 
 
 # ------------------------------------------------------------------------------------- frozen extractor, training

@@ -34,12 +34,14 @@ from transformers import Trainer
 
 from conftest import (
     BoundedProcess,
+    another_value,
     free_ports,
     load_weights,
     recipe_flags,
     record_output_dtypes,
     run_isolated_python,
     save_tiny_backbone,
+    tiny_bert_config,
 )
 from csekit import cli
 from csekit.methods import METHODS, Method, OneProcess, load_object
@@ -472,18 +474,18 @@ def test_a_step_draws_nothing_from_the_global_generators_but_dropout(method, tok
     assert seen["gradients"] > 0 and seen["collator"] and seen["step"], seen
 
 
-def term_cases() -> list:
-    """``(method, weight field)`` for each declared loss term; a method without one is a skipped case saying so."""
+def declared_cases(attribute: str, nothing: str) -> list:
+    """``(method, value)`` for each entry of the registry's ``{label: value}`` field ``attribute`` (``loss_terms``,
+    ``augmentations``); a method without one is a skipped case saying it declares no ``nothing``."""
     cases = []
     for method in METHODS.values():
-        cases += [pytest.param(method, weight, id=f"{method.name}-{term.replace(' ', '-')}")
-                  for term, weight in method.loss_terms.items()] or [pytest.param(
-            method, None, id=method.name, marks=[pytest.mark.skip(
-                reason=f"{method.name}: declares no loss term besides its contrastive one")])]
+        cases += [pytest.param(method, value, id=f"{method.name}-{label.replace(' ', '-')}")
+                  for label, value in getattr(method, attribute).items()] or [pytest.param(
+            method, None, id=method.name, marks=[pytest.mark.skip(reason=f"{method.name}: declares no {nothing}")])]
     return cases
 
 
-@pytest.mark.parametrize("method, weight", term_cases())
+@pytest.mark.parametrize("method, weight", declared_cases("loss_terms", "loss term besides its contrastive one"))
 def test_each_declared_loss_term_moves_the_loss_and_the_gradients_with_its_weight(method, weight, tokenizer, data,
                                                                                   tmp_path):
     """Each term of ``Method.loss_terms``: the same batch from the same weights, with dropout off, gives another loss
@@ -532,11 +534,6 @@ def float_field_cases() -> list:
             cases.append(pytest.param(method, name, id=f"{method.name}-{name}", marks=[pytest.mark.skip(
                 reason=f"{method.name}: {name}: {why}")] if why else []))
     return cases
-
-
-def another_value(default: float) -> float:
-    """A valid value other than ``default`` for a rate, weight, temperature or epsilon (all in (0, 1] or 0)."""
-    return 0.5 if default == 0.0 else min(default * 2 + 0.1, 0.9) if default < 1 else default / 2
 
 
 @pytest.mark.parametrize("method, name", float_field_cases())
@@ -591,6 +588,99 @@ def test_every_float_setting_changes_the_loss_of_a_model_built_with_it(method, n
           trainer_class=Checking)
     first, second = seen["losses"]
     assert torch.isfinite(first) and torch.isfinite(second) and not torch.equal(first, second), (name, seen)
+
+
+@pytest.mark.parametrize("method, flags", declared_cases("augmentations", "text augmentation of its views"))
+def test_each_declared_augmentation_makes_views_that_differ_from_the_sentence(method, flags, tiny_backbone, data,
+                                                                             tmp_path):
+    """The collator the recipe builds with the augmentation's flags, given 16 sentences of ten words (room for the
+    repeated tokens within ``--max_seq_length 16``): most of each later view's token sequences differ from the
+    sentence's (view 0). A repetition may draw zero copies (the authors' ``randint(0, ...)``), so not every one."""
+    seen = {}
+
+    class Checking(method.trainer_class):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if not seen:
+                features = [{"sent0": f"the fox {i} jumps over the lazy dog by noon", "example_index": i}
+                            for i in range(16)]
+                batch = self.data_collator(features)
+                ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+                seen.update(views=ids.shape[1], differ=[
+                    sum(not torch.equal(ids[i, 0][mask[i, 0]], ids[i, view][mask[i, view]]) for i in range(16))
+                    for view in range(1, ids.shape[1])])
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    train(method, recipe_argv(method, tiny_backbone, data, tmp_path / "out", "--padding_free", "false", *flags,
+                              steps=1), trainer_class=Checking)
+    assert seen["views"] >= 2 and all(count >= 8 for count in seen["differ"]), seen
+
+
+# a flag's value needs another flag set with it: the weights of Matryoshka sizes, the layers of the layers pooler
+COMPANIONS = {"matryoshka_weights": ["--matryoshka_dims", "16", "8"], "pooling_layers": ["--pooler_type", "layers"]}
+
+
+def flag_candidates(method: Method, config_field, default) -> list:
+    """Values other than ``default`` to give the field's flag, tried in order: a float changed, a bool flipped,
+    small sizes, and for a string the values its docstring names (the flag's help)."""
+    import re
+
+    from csekit.trainers.arguments import docstring_arguments
+
+    if isinstance(default, bool):
+        return [[str(not default).lower()]]
+    if isinstance(default, float):
+        return [[str(another_value(default))]]
+    kind = str(config_field.type)
+    if "list" in kind:
+        return [["1.0", "0.5"]] if "float" in kind else [["16", "8"], ["1", "2"]]
+    if "int" in kind or "Optional" in kind:
+        return [[str(value)] for value in (2, 1, 4, 16, 3) if value != default]
+    words = re.findall(r'``"?([A-Za-z_][\w.-]*)"?``', docstring_arguments(method.config_class)[config_field.name])
+    return [[word] for word in dict.fromkeys(words) if word != default]
+
+
+def construction_kwargs(method: Method) -> dict:
+    return {"extractor_layers": 1, "fusion_layers": 1} if method.name == "cmlm_cse" else {}
+
+
+@pytest.mark.parametrize("method", methods())
+def test_every_setting_round_trips_from_its_flag_to_config_json(method, tiny_backbone, tmp_path):
+    """Each method setting's flag, given a value other than its default (the first one its config accepts), reaches
+    ``config.json`` and ``AutoConfig`` as that value; and every key ``config.json`` holds beyond transformers' own is
+    a dataclass field of the config, so a setting kept as a plain attribute (no flag, no check) fails here."""
+    from huggingface_hub.errors import StrictDataclassClassValidationError
+    from transformers import AutoConfig, PreTrainedConfig
+
+    from csekit.options import FLAG_NAMES
+    from csekit.trainers.arguments import config_kwargs
+
+    config_class, recipe = method.config_class, method.recipe_module.RECIPE
+    encoder = tiny_bert_config(num_hidden_layers=4).to_dict()  # room for CMLM-CSE's extractor and fusion depths
+    defaults = config_class(encoder_config=encoder, **construction_kwargs(method))
+    foreign = set(defaults.to_dict()) - set(PreTrainedConfig().to_dict()) - {f.name for f in dataclasses.fields(
+        config_class)}
+    assert not foreign, f"{config_class.__name__}: config.json keys that are no field: {sorted(foreign)}"
+    untested = []
+    for config_field in config_fields(config_class):
+        flag = f"--{FLAG_NAMES.get(config_field.name, config_field.name)}"
+        for values in flag_candidates(method, config_field, getattr(defaults, config_field.name)):
+            argv = ["--model_name_or_path", str(tiny_backbone), *COMPANIONS.get(config_field.name, []), flag, *values]
+            kwargs = {**config_kwargs(recipe.parse(argv)[0], config_class), **{
+                name: value for name, value in construction_kwargs(method).items() if name != config_field.name}}
+            try:
+                config = config_class(encoder_config=encoder, **kwargs)
+            except (ValueError, StrictDataclassClassValidationError):  # a value this backbone or config refuses
+                continue
+            value = getattr(config, config_field.name)
+            assert value != getattr(defaults, config_field.name), (config_field.name, values)
+            folder = tmp_path / config_field.name
+            config.save_pretrained(folder)
+            assert json.loads((folder / "config.json").read_text())[config_field.name] == value, config_field.name
+            assert getattr(AutoConfig.from_pretrained(folder), config_field.name) == value, config_field.name
+            break
+        else:
+            untested.append(config_field.name)
+    assert not untested, f"no value other than the default round-tripped: {untested}"
 
 
 # ------------------------------------------------------------------------------------------------ processes

@@ -15,7 +15,7 @@ from datasets import Dataset
 from torch import nn
 from transformers import BertForMaskedLM, TrainingArguments
 
-from conftest import tiny_bert_config
+from conftest import loss_settings, tiny_bert_config
 from csekit.modeling import DiffCSEConfig, DiffCSEForPreTraining
 from csekit.trainers.diffcse import DiffCSECollator, DiffCSETrainer
 from csekit.trainers.randomness import ExampleDraws
@@ -131,8 +131,9 @@ def trainer_for(model, tokenizer, tmp_path) -> DiffCSETrainer:
                           processing_class=tokenizer)
 
 
-def test_loss_and_gradients_equal_the_authors_code(tokenizer, tmp_path):
-    model = diffcse_model(tokenizer)
+@pytest.mark.parametrize("settings", loss_settings("diffcse"))
+def test_loss_and_gradients_equal_the_authors_code(tokenizer, tmp_path, settings):
+    model = diffcse_model(tokenizer, **settings)
     varied = [" ".join(sentence.split()[: 3 + index]) for index, sentence in enumerate(SENTENCES[:8])]
     batch = batch_for(tokenizer, model.config, varied)
     assert not batch["attention_mask"].all()  # padding, which the authors' loss counts
@@ -141,7 +142,8 @@ def test_loss_and_gradients_equal_the_authors_code(tokenizer, tmp_path):
     losses["loss"].backward()
     ours = {name: parameter.grad.clone() for name, parameter in model.named_parameters() if parameter.requires_grad}
     model.zero_grad()
-    theirs = authors_loss(model, batch, temp=0.05, lambda_weight=0.5, cls_token=tokenizer.cls_token_id)
+    theirs = authors_loss(model, batch, temp=model.config.temperature, lambda_weight=model.config.lambda_weight,
+                          cls_token=tokenizer.cls_token_id)
     replaced = theirs["replaced"]
     assert 0 < replaced.sum() < replaced.numel()  # the generator replaced some tokens and kept others
     torch.testing.assert_close(losses["rtd"], theirs["rtd"], rtol=1e-10, atol=1e-12)

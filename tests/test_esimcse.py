@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from datasets import Dataset
 from transformers import BertModel, TrainerCallback, TrainingArguments
 
-from conftest import tiny_bert_config
+from conftest import loss_settings, tiny_bert_config
 from csekit.modeling import ESimCSEConfig, ESimCSEForPreTraining
 from csekit.modeling.momentum import MomentumEncoder
 from csekit.trainers.esimcse import ESimCSECollator, ESimCSETrainer, repeat_subwords, repeat_words
@@ -158,15 +158,16 @@ class RecordingCollator(ESimCSECollator):
         return batch
 
 
-def test_loss_gradients_momentum_and_queue_equal_the_authors_code_over_two_epochs(tokenizer, tmp_path):
-    config = tiny_config(queue_size=12, momentum=0.9, temperature=0.05)
+@pytest.mark.parametrize("settings", loss_settings("esimcse"))
+def test_loss_gradients_momentum_and_queue_equal_the_authors_code_over_two_epochs(tokenizer, tmp_path, settings):
+    config = tiny_config(queue_size=12, momentum=0.9, **settings)
     model = ESimCSEForPreTraining(config).double()
     model.tokenizer = tokenizer
     reference_bert = BertModel(tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
                                add_pooling_layer=False).double()
     reference_bert.load_state_dict(model.encoder.state_dict())
     reference_dense = copy.deepcopy(model.mlp.dense)
-    authors = AuthorsESimCSE(reference_bert, reference_dense, temp=0.05, neg_size=12, momentum=0.9)
+    authors = AuthorsESimCSE(reference_bert, reference_dense, temp=config.temperature, neg_size=12, momentum=0.9)
 
     collator = RecordingCollator(tokenizer, max_length=16, config=config)
     collator.batches = []

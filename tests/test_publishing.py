@@ -62,24 +62,59 @@ def trained(tmp_path_factory, tokenizer, data_dir):
     return output
 
 
+def scored_on_senteval(trained, folder):
+    """A copy of ``trained`` whose record says its STS scores were measured on SentEval's own test files (their
+    pairs and hashes, ``SENTEVAL_TEST_SETS``), as a run on `csekit download senteval`'s data records them."""
+    from csekit.evaluation.sts import SENTEVAL_TEST_SETS
+
+    shutil.copytree(trained, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    record = json.loads((folder / "eval_results.json").read_text())
+    record["protocol"]["sts"]["tasks"] = {task: {"pairs": pairs, "sha256": digest}
+                                          for task, (pairs, digest) in SENTEVAL_TEST_SETS.items()}
+    (folder / "eval_results.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_senteval_labels_go_only_on_the_tasks_scored_on_senteval_files(trained, tmp_path):
+    """One task whose recorded hash is not SentEval's (an edited file, another split, other data) loses its label,
+    the others keep theirs; a record without a protocol names none."""
+    folder = scored_on_senteval(trained, tmp_path / "model")
+    record = json.loads((folder / "eval_results.json").read_text())
+    record["protocol"]["sts"]["tasks"]["STS14"]["sha256"] = "0" * 16
+    (folder / "eval_results.json").write_text(json.dumps(record))
+    card = ModelCard(str(render_model_card(folder)))
+    assert {result.dataset_type for result in card.data.eval_results} == {
+        f"SentEval/{task}" for task in STS_TASKS if task != "STS14"}
+    assert "**Not SentEval's test files:** the data scored for STS14 is not SentEval's" in card.text
+    del record["protocol"]
+    (folder / "eval_results.json").write_text(json.dumps(record))
+    card = ModelCard(str(render_model_card(folder)))
+    assert not card.data.eval_results and "records no protocol, so nothing shows which data was scored" in card.text
+
+
 def table_row(card_text: str, label: str) -> list:
     line = next(line for line in card_text.splitlines() if line.startswith(f"| {label}"))
     return [cell.strip() for cell in line.strip().strip("|").split("|")][1:]
 
 
-def test_card_cells_and_metadata_equal_the_recorded_json(trained):
+def test_card_cells_and_metadata_equal_the_recorded_json(trained, tmp_path):
     record = json.loads((trained / "eval_results.json").read_text())
     arguments = json.loads((trained / "training_args.json").read_text())
     card = ModelCard.load(trained / "README.md")
     cells = table_row(card.text, "**this model**")
     assert [float(cell) for cell in cells] == [record["sts"][task] for task in (*STS_TASKS, "avg")]
-    # the model-index holds the SentEval STS test scores under SentEval's names, never under an MTEB dataset id
+    # the tests' STS files are not SentEval's (their hashes differ): no SentEval label, and the text says so
+    assert not card.data.eval_results and "**Not SentEval's test files:** the data scored for STS12, " in card.text
+    # the same scores measured on SentEval's own files: the model-index holds them under SentEval's names, never
+    # under an MTEB dataset id
+    card = ModelCard(str(render_model_card(scored_on_senteval(trained, tmp_path / "senteval"))))
     index = {result.dataset_type: result for result in card.data.eval_results}
     assert {name: result.metric_value for name, result in index.items()} == {
         f"SentEval/{task}": record["sts"][task] for task in STS_TASKS}
     assert {(r.dataset_split, r.metric_type, r.task_type) for r in index.values()} == {
         ("test", "spearman_cosine", "sentence-similarity")}
-    assert "mteb/" not in card.content.split("\n---\n")[0]
+    assert "mteb/" not in card.content.split("\n---\n")[0] and "Not SentEval's" not in card.text
+    card = ModelCard(str(render_model_card(trained)))
     # the figure was drawn by this evaluation, on the sample the card names
     assert (trained / "alignment_uniformity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"all {record['figure']['sentences']} STS-B train sentences" in card.text  # fewer than the sample size
@@ -107,6 +142,28 @@ def test_card_cells_and_metadata_equal_the_recorded_json(trained):
 
 def python_snippets(card_text: str) -> list:
     return [block.split("```", 1)[0] for block in card_text.split("```python\n")[1:]]
+
+
+@pytest.mark.parametrize("name", ['x"); import os; os.system("echo owned") #', "it's $(echo owned) & more"])
+def test_a_crafted_folder_name_is_one_string_in_every_snippet_and_command(name, trained, tmp_path):
+    """The card's Python snippets and shell commands name the model as one string literal or shell word, whatever
+    its folder (or repository) name holds: a name never adds code to what a reader runs."""
+    import ast
+    import shlex
+
+    folder = tmp_path / name
+    shutil.copytree(trained, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    text = str(render_model_card(folder))
+    expected = f"<your-namespace>/{name}"
+    for snippet in python_snippets(text):
+        calls = [node for node in ast.walk(ast.parse(snippet)) if isinstance(node, ast.Call)]
+        loads = [call for call in calls if getattr(call.func, "attr", getattr(call.func, "id", None)) in (
+            "SentenceTransformer", "from_pretrained")]
+        assert loads and all(isinstance(call.args[0], ast.Constant) and call.args[0].value == expected
+                             for call in loads)
+        assert not any(getattr(call.func, "attr", None) == "system" for call in calls)
+    commands = [line for block in text.split("```bash\n")[1:] for line in block.split("```")[0].splitlines()]
+    assert commands and all(shlex.split(line, comments=True)[2] == expected for line in commands)
 
 
 def test_card_is_a_sentence_transformers_card_whose_snippets_run_as_printed(trained, tmp_path):
@@ -467,7 +524,9 @@ def test_the_card_carries_every_field_sentence_transformers_own_trainer_writes(t
     SentenceTransformerTrainer(model=model, args=arguments, train_dataset=pairs,
                                loss=losses.MultipleNegativesRankingLoss(model)).train()
     model.save_pretrained(str(tmp_path / "st"))
-    theirs, ours = metadata_load(tmp_path / "st" / "README.md"), metadata_load(trained / "README.md")
+    senteval = scored_on_senteval(trained, tmp_path / "senteval")  # (a model-index needs SentEval's own files)
+    write_model_card(senteval, figure="never")
+    theirs, ours = metadata_load(tmp_path / "st" / "README.md"), metadata_load(senteval / "README.md")
     assert set(theirs) <= set(ours), set(theirs) - set(ours)
     assert (ours["library_name"], ours["pipeline_tag"]) == (theirs["library_name"], theirs["pipeline_tag"])
     trainer_tags = {tag for tag in theirs["tags"] if tag == "generated_from_trainer" or ":" in tag}

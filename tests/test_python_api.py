@@ -214,6 +214,53 @@ def test_clsr_from_a_dataset_drops_pairs_touching_a_held_out_sentence(backbone, 
         clsr.trainer_class.from_dataset(model, args, Dataset.from_dict({"sent0": ["a"]}))
 
 
+# ------------------------------------------------------------------------------------------------ what is published
+def card_rows(folder: Path) -> dict:
+    """``{setting: value}`` of the training table of the folder's card (values without their code fences)."""
+    from csekit.publishing.model_card import render_model_card
+
+    scores = dict.fromkeys(("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"), 1.0)
+    (folder / "eval_results.json").write_text(json.dumps({"model": "m", "pooler": "cls", "sts": scores}))
+    section = str(render_model_card(folder)).split("## Training", 1)[1].split("\n## ", 1)[0]
+    return {cells[0]: cells[1].strip("`") for line in section.splitlines() if line.startswith("| ")
+            for cells in [[cell.strip() for cell in line.strip("|").split("|")]]}
+
+
+def test_a_python_runs_folder_has_the_recipes_training_table_with_the_length_it_trained_at(backbone, tmp_path):
+    """A trainer's final save commits the run's ``training_args.json`` with its weights, as a recipe's folder has
+    it: the backbone, the data's hash and size, the truncation length the collator trained at (not the tokenizer's
+    or the inference length) and the training arguments, so the card's training table is the recipe's. CLSR's loop
+    hands its arguments to the model it trained, which writes them when saved."""
+    from csekit.methods import get_method, load_object
+    from csekit.trainers.data import data_fingerprint
+
+    sentences = {"sent0": [f"sentence {i} about the {['red', 'old'][i % 2]} harbour" for i in range(32)]}
+    trainer = trainer_for(get_method("simcse"), backbone, tmp_path / "run", train_dataset=Dataset.from_dict(sentences))
+    trainer.data_collator.max_length = 12
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    arguments = json.loads((tmp_path / "saved" / "training_args.json").read_text())
+    assert arguments["model_args"]["model_name_or_path"] == str(backbone)
+    assert arguments["data_args"]["train_dataset"] == data_fingerprint(sentences)
+    assert (arguments["data_args"]["train_examples"], arguments["data_args"]["max_seq_length"]) == (32, 12)
+    assert (arguments["training_args"]["learning_rate"], arguments["training_args"]["max_steps"]) == (
+        trainer.args.learning_rate, 2)
+    rows = card_rows(tmp_path / "saved")
+    assert (rows["model_name_or_path"], rows["max_seq_length"], rows["max_steps"]) == (backbone.name, "12", "2")
+    assert rows["per_device_train_batch_size"] == "8" and rows["temperature"] == "0.05"
+    assert str(backbone.parent) not in str(rows)  # local paths by their base name
+
+    clsr = get_method("clsr")
+    model = clsr.training_model_class.from_encoder(str(backbone), pooler_type="avg")
+    pairs = {"sent0": [f"pair {i} one" for i in range(8)], "sent1": [f"pair {i} two" for i in range(8)]}
+    args = load_object(clsr.exports[0])(output_dir=str(tmp_path / "clsr-run"), per_device_train_batch_size=4,
+                                        num_train_epochs=1, warmup_epochs=0)
+    clsr.trainer_class.from_dataset(model, args, Dataset.from_dict(pairs)).train()
+    model.save_pretrained(tmp_path / "clsr")
+    rows = card_rows(tmp_path / "clsr")
+    assert (rows["model_name_or_path"], rows["train_pairs"], rows["num_train_epochs"]) == (backbone.name, "8", "1")
+
+
 # ------------------------------------------------------------------------------------------------ a run's stages
 RUN_STAGES = r"""
 import json, sys

@@ -105,7 +105,7 @@ def test_a_cache_entry_is_used_only_when_its_inputs_and_scores_check_out(tiny_ba
     from csekit.evaluation.run_scores import base_scores_valid
 
     test = STSEvaluator(data_dir, STS_TASKS, split="test")
-    cache, check = ScoreCache(tmp_path / "cache"), base_scores_valid(test)
+    cache, check = ScoreCache(tmp_path / "cache"), base_scores_valid(test, "cls_before_pooler")
     inputs = cache.inputs(tiny_backbone, test, pooler="cls_before_pooler")
     scores = {"base_sts": {task: 50.0 for task in (*STS_TASKS, "avg")}, "base_pooler": "cls_before_pooler"}
     cache.put(inputs, scores)
@@ -116,10 +116,14 @@ def test_a_cache_entry_is_used_only_when_its_inputs_and_scores_check_out(tiny_ba
                 cache.path(cache.key(tiny_backbone, test, pooler="avg")))  # an entry under another entry's name
     assert cache.get(other, check) is None
     entry = json.loads(cache.path(cache.key(tiny_backbone, test, pooler="cls_before_pooler")).read_text())
-    for bad in ({"STS12": float("nan")}, {"STS12": 1e9}, {"STS12": "88"}, {"extra-task": 1.0}):
+    for bad in ({"STS12": float("nan")}, {"STS12": 1e9}, {"STS12": "88"}, {"STS12": True}, {"extra-task": 1.0},
+                {"avg": 99.0}):  # a crafted entry: its scores are not a row the evaluator returns
         entry["scores"]["base_sts"] = {**scores["base_sts"], **bad}
         cache.path(cache.key(tiny_backbone, test, pooler="cls_before_pooler")).write_text(json.dumps(entry))
         assert cache.get(inputs, check) is None, bad
+    entry["scores"] = {**scores, "base_pooler": "avg"}  # scores of another representation than the lookup's
+    cache.path(cache.key(tiny_backbone, test, pooler="cls_before_pooler")).write_text(json.dumps(entry))
+    assert cache.get(inputs, check) is None
 
 
 def test_the_base_row_scores_a_bare_encoder_with_the_trained_models_representation(tiny_backbone, corpus, tmp_path,

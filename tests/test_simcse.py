@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import TrainingArguments
 
-from conftest import tiny_bert_config
+from conftest import loss_settings, tiny_bert_config
 from csekit.modeling import SimCSEConfig, SimCSEModel
 from csekit.trainers import ContrastiveCollator, SimCSETrainer
 
@@ -31,11 +31,11 @@ def paper_objective(views: torch.Tensor, temperature: float, weight: float) -> f
     return total / batch
 
 
+@pytest.mark.parametrize("settings", loss_settings("simcse"))
 @pytest.mark.parametrize("supervised", [False, True])
-def test_trainer_loss_is_the_papers_objective_on_the_models_views(tokenizer, tmp_path, supervised):
+def test_trainer_loss_is_the_papers_objective_on_the_models_views(tokenizer, tmp_path, supervised, settings):
     torch.manual_seed(0)
-    config = SimCSEConfig(encoder_config=tiny_bert_config().to_dict(), pooler_type="cls", temperature=0.07,
-                          hard_negative_weight=0.4)
+    config = SimCSEConfig(encoder_config=tiny_bert_config().to_dict(), pooler_type="cls", **settings)
     model = SimCSEModel(config).train()  # dropout on: the two views of a sentence differ
     features = ([{"sent0": a, "sent1": b, "hard_neg": c} for a, b, c in zip(SENTENCES, SENTENCES[1:], SENTENCES[2:])]
                 if supervised else [{"sent0": s} for s in SENTENCES])
@@ -47,6 +47,6 @@ def test_trainer_loss_is_the_papers_objective_on_the_models_views(tokenizer, tmp
         losses = trainer.compute_losses(model, outputs, batch)
     views = outputs.embeddings
     assert views.shape[1] == (3 if supervised else 2)
-    expected = paper_objective(views.double(), temperature=0.07, weight=0.4)
+    expected = paper_objective(views.double(), temperature=config.temperature, weight=config.hard_negative_weight)
     assert losses["loss"].item() == pytest.approx(expected, rel=1e-5)
     assert losses["contrastive"] is losses["loss"]

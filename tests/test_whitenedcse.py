@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModel, BertConfig, RobertaConfig
 
-from conftest import REPO_ROOT, run_isolated_python, tiny_bert_config
+from conftest import REPO_ROOT, loss_settings, run_isolated_python, tiny_bert_config
 from csekit.errors import DataError
 from csekit.modeling import WhitenedCSEConfig, WhitenedCSEModel
 from csekit.modeling.losses import (
@@ -230,15 +230,17 @@ def test_training_forward_returns_anchor_and_positives(source, views):
         model(input_ids=torch.randint(1000, 2000, (8, views + 1, 10)))
 
 
-def test_trainer_loss_and_logged_components():
-    model = tiny_model(num_positives=2, loss_type="L2").train()
+@pytest.mark.parametrize("settings", loss_settings("whitenedcse"))
+def test_trainer_loss_and_logged_components(settings):
+    model = tiny_model(num_positives=2, loss_type="L2", **settings).train()
     trainer = WhitenedCSETrainer.__new__(WhitenedCSETrainer)  # compute_losses only needs the accelerator
     trainer.accelerator = type("Accel", (), {"num_processes": 1, "process_index": 0,
                                              "unwrap_model": staticmethod(lambda m: m)})()
     outputs = model(input_ids=torch.randint(1000, 2000, (6, 2, 10)))
     losses = trainer.compute_losses(model, outputs, {})
     assert set(losses) == {"loss", "contrastive", "positive_1", "positive_2"}
-    terms = multi_positive_info_nce_terms(outputs.embeddings[:, 0], outputs.embeddings[:, 1:], temperature=0.05)
+    terms = multi_positive_info_nce_terms(outputs.embeddings[:, 0], outputs.embeddings[:, 1:],
+                                          temperature=model.config.temperature)
     torch.testing.assert_close(losses["loss"], multi_positive_l2_loss(terms))
     torch.testing.assert_close(losses["positive_2"], terms[:, 1].mean())
 

@@ -449,17 +449,23 @@ def setup_record(method: str, processes: Optional[int], **groups) -> dict:
     return json.loads(json.dumps(record, default=str))
 
 
+def arguments_record(**groups) -> dict:
+    """What ``training_args.json`` holds: every argument group of the run (dataclasses, ``TrainingArguments`` or
+    dicts), as JSON values, and the local paths among them (shown by base name in the card and the upload)."""
+    record = json.loads(json.dumps({name: group_values(value) for name, value in groups.items()}, default=str))
+    record[LOCAL_PATHS] = local_paths(record)
+    return record
+
+
 def write_arguments(output_dir, **groups) -> None:
-    """``training_args.json``: every argument group of the run, as JSON (the card reads it; nothing is unpickled)."""
-    record = {name: group_values(value) for name, value in groups.items()}
-    record = json.loads(json.dumps(record, default=str))
-    record[LOCAL_PATHS] = local_paths(record)  # shown by base name in the card and the upload
-    write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(record, indent=2, default=str) + "\n")
+    """``training_args.json``: [`arguments_record`][csekit.trainers.arguments.arguments_record] of the run (the card
+    reads it; nothing is unpickled)."""
+    write_text(Path(output_dir, ARGUMENTS_FILE), json.dumps(arguments_record(**groups), indent=2) + "\n")
 
 
 __all__ = [
     "COMMON_TRAINING_FLAGS", "CSETrainingArguments", "ContrastiveDataArguments", "DataArguments",
-    "RecipeArgumentParser", "build_recipe_parser", "config_fields", "config_kwargs",
+    "RecipeArgumentParser", "arguments_record", "build_recipe_parser", "config_fields", "config_kwargs",
     "docstring_arguments", "model_arguments", "parse_recipe_args", "read_config_file", "resolve_recipe_config",
     "setup_record", "shipped_configs", "write_arguments",
 ]

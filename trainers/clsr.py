@@ -43,7 +43,7 @@ from ..preflight import (
     check_training_arguments,
     find_checkpoint,
 )
-from .arguments import setup_record
+from .arguments import arguments_record, config_fields, setup_record
 from .clsr_data import (
     HeldOutSentences,
     PairCorpus,
@@ -394,12 +394,23 @@ class CLSRTrainer:
         logger.info("%s", record)
         return record
 
+    def run_arguments(self) -> dict:
+        """``training_args.json`` of the run, as a recipe records it: the backbone and the method's settings, the
+        pairs trained on (their hash and count, after the held-out ones are dropped), every training argument."""
+        model = self.model
+        settings = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
+        return arguments_record(
+            model_args={"model_name_or_path": model.config.name_or_path or None, **settings},
+            data_args={"train_dataset": self.run_record.get(TRAIN_DATA), "train_pairs": len(self.corpus.pairs)},
+            training_args=self.args)
+
     def _finish(self, run: "_Run", train_seconds: float) -> dict:
         """Put the best ``e`` back (in eval mode) and return the run's log."""
         mlp, best = self.model.mlp, run.best
         if best["state"] is not None:
             mlp.load_state_dict(best["state"])
         mlp.eval()
+        self.model.training_arguments = self.run_arguments()  # a save of the model writes them (a recipe: its own)
         return {"history": run.history, "best_epoch": best["epoch"], "best_dev_STSBenchmark": best["dev"]
                 if best["state"] is not None else None, "steps": run.steps_per_epoch * self.args.num_train_epochs,
                 "train_seconds": round(train_seconds, 1)}

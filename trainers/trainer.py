@@ -59,6 +59,12 @@ def run_record(model, args, data: Optional[str] = None) -> dict:
     return {**record, TRAIN_DATA: data} if data is not None else record
 
 
+def built_from(model) -> Optional[str]:
+    """The backbone folder or Hub id a model was built from (``from_encoder`` names it in ``config.name_or_path``),
+    or ``None``."""
+    return getattr(getattr(model, "config", None), "name_or_path", None) or None
+
+
 def data_identity(dataset) -> Optional[str]:
     """What names a training dataset's content in a run record: the hash of its texts for a dataset of known size
     ([`data_fingerprint`][csekit.trainers.data.data_fingerprint], as ``--train_file``'s), else a streaming dataset's
@@ -210,6 +216,7 @@ class ContrastiveTrainer(Trainer):
                 "call trainer.push_to_hub() once eval_results.json is written (the recipes' --push_to_hub does this)"
             )
         check_trainer_model(model, type(self))
+        self.base_model = built_from(model)  # for the run's training_args.json
         if sts_evaluator is not None and not isinstance(sts_evaluator, STSEvaluator):
             raise DataError(f"sts_evaluator: a {type(sts_evaluator).__module__}.{type(sts_evaluator).__name__}; csekit "
                             "selects checkpoints on STS with csekit.evaluation.STSEvaluator(data_dir, "
@@ -627,6 +634,8 @@ class ContrastiveTrainer(Trainer):
         file into the folder."""
         if self.processing_class is not None:
             model.tokenizer = self.processing_class
+        if self.setup_record is None:  # built in Python: the run's arguments go with the model (recipes add theirs)
+            model.training_arguments = self.run_arguments()
         model.save_pretrained(output_dir, is_main_process=self.args.should_save,  # (the others join the gathers)
                               **({"state_dict": state_dict} if state_dict is not None else {}))
 
@@ -647,6 +656,20 @@ class ContrastiveTrainer(Trainer):
     # the recipe's record of the whole run (its data settings too: trainers/runner.py); else run_record()'s
     setup_record: Optional[dict] = None
     data_identity: Optional[str] = None  # the training data's, set by preflight when the recipe gave no record
+
+    def run_arguments(self) -> dict:
+        """``training_args.json`` of a run built in Python (a recipe writes its own): the backbone it started from
+        and the method's settings, the data (its identity, size, and the truncation length and packing it trained
+        at) and every training argument, as a recipe records them, for the card's training table."""
+        from .arguments import arguments_record, config_fields
+
+        model, collator, dataset = self.accelerator.unwrap_model(self.model), self.data_collator, self.train_dataset
+        settings = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
+        data = {"train_dataset": self.data_identity, "train_examples": len(dataset) if hasattr(dataset, "__len__")
+                else None, "max_seq_length": getattr(collator, "max_length", None),
+                "padding_free": getattr(collator, "padding_free", None)}
+        return arguments_record(model_args={"model_name_or_path": self.base_model, **settings}, data_args=data,
+                                training_args=self.args)
 
     def run_record(self) -> dict:
         return self.setup_record or run_record(self.accelerator.unwrap_model(self.model), self.args,

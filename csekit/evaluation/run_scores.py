@@ -6,7 +6,6 @@ scored the same revision under the same protocol.
 """
 
 import logging
-import math
 from typing import Callable, Optional
 
 from ..loading import hub_id_of
@@ -16,7 +15,7 @@ from ..st_folder import is_st_folder
 from .encoders import load_embedder
 from .protocol import protocol_record
 from .score_cache import ScoreCache, key_of
-from .sts import DEV_TASKS, STSEvaluator, format_sts_table
+from .sts import DEV_TASKS, STSEvaluator, format_sts_table, sts_row_problem
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +67,14 @@ def base_representation(path, config) -> dict:
     return {"pooler": pooler, **({"pooling_layers": list(config.pooling_layers)} if pooler == "layers" else {})}
 
 
-def base_scores_valid(test: STSEvaluator):
-    """The check of a cached base-model entry: ``test``'s tasks, each a finite Spearman x100, and a pooler name."""
-    tasks = {*test.tasks, "avg"}
-
+def base_scores_valid(test: STSEvaluator, pooler: Optional[str] = None):
+    """The check of a cached base-model entry: a row of ``test``'s tasks as the evaluator returns one (each a finite
+    Spearman x100, their average the mean: [`sts_row_problem`][csekit.evaluation.sts.sts_row_problem]), and the
+    pooler it was scored with: ``pooler`` where the lookup names the representation, else a pooler name."""
     def check(scores: dict) -> bool:
-        sts, pooler = scores.get("base_sts"), scores.get("base_pooler")
-        return (isinstance(sts, dict) and set(sts) == tasks and isinstance(pooler, str) and all(
-            type(value) in (int, float) and math.isfinite(value) and -100 <= value <= 100 for value in sts.values()))
+        name = scores.get("base_pooler")
+        return (sts_row_problem(scores.get("base_sts"), test.tasks) is None and isinstance(name, str)
+                and (pooler is None or name == pooler))
 
     return check
 
@@ -89,7 +88,7 @@ def base_model_scores(name_or_path: str, path, test: STSEvaluator, representatio
     and scores check out."""
     cache = ScoreCache()
     inputs = cache.inputs(path, test, **representation)
-    cached = cache.get(inputs, base_scores_valid(test))
+    cached = cache.get(inputs, base_scores_valid(test, representation.get("pooler")))
     if cached is not None:
         logger.info("%s: its STS test scores come from the score cache (%s)", name_or_path,
                     cache.path(key_of(inputs)))

@@ -11,6 +11,7 @@
 Each unique sentence is encoded once across all tasks.
 """
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -40,6 +41,51 @@ SPLIT_FILES = {
 
 
 AGGREGATIONS = ("all", "mean", "wmean")
+# SentEval's STS test sets as SimCSE's senteval.tar holds them (`csekit download senteval`): per task, the pairs and
+# the content hash STSEvaluator.fingerprint records (csekit.evaluation.protocol.content_hash). Scores get SentEval's
+# names in a card's metadata only when the data they were measured on has these hashes (`senteval_tasks`).
+SENTEVAL_TEST_SETS = {
+    "STS12": (3108, "3271ea4010d1ecca"), "STS13": (1500, "68daf713cbe51c78"), "STS14": (3750, "56b39392de08489f"),
+    "STS15": (3000, "740cbf357c88f7fc"), "STS16": (1186, "9d8e4a48b7105be4"),
+    "STSBenchmark": (1379, "b7d804dc4ab1a943"), "SICKRelatedness": (4927, "3d3c945f99913f09"),
+}
+
+
+AVERAGE_TOLERANCE = 0.006  # an average of scores rounded to 2 decimals, itself rounded to 2
+
+
+def is_score(value) -> bool:
+    """A Spearman x 100 as csekit records it: a finite number in [-100, 100] (not a bool, not a string)."""
+    return type(value) in (int, float) and math.isfinite(value) and -100 <= value <= 100
+
+
+def sts_row_problem(row, tasks: Sequence[str] = STS_TASKS) -> Optional[str]:
+    """Why ``row`` is not a row of STS scores as [`STSEvaluator.evaluate`][csekit.evaluation.sts.STSEvaluator.evaluate]
+    returns one (``{task: score, ..., "avg": their mean}`` over ``tasks``), or ``None``: what a record or a cache
+    entry read back must be before it is shown as scores."""
+    if not isinstance(row, dict):
+        return "is not a mapping of task names to scores"
+    keys = (*tasks, "avg")
+    missing, unknown = [t for t in keys if t not in row], [t for t in row if t not in keys]
+    if missing or unknown:
+        return f"lacks {', '.join(missing)}" if missing else f"holds tasks csekit does not score: {', '.join(unknown)}"
+    bad = next((task for task in keys if not is_score(row[task])), None)
+    if bad is not None:
+        return f"{bad}: {row[bad]!r} is not a score (a finite number in [-100, 100])"
+    mean = sum(row[task] for task in tasks) / len(tasks)
+    if abs(row["avg"] - mean) > AVERAGE_TOLERANCE:
+        return f"avg {row['avg']} is not the mean of its tasks ({mean:.2f})"
+    return None
+
+
+def senteval_tasks(protocol: Optional[dict]) -> set:
+    """The tasks of an STS protocol record (``STSEvaluator.fingerprint()``, kept in ``eval_results.json``
+    ``protocol.sts``) that were scored on SentEval's own test files: the test split, and the pairs and content hash
+    of [`SENTEVAL_TEST_SETS`][csekit.evaluation.sts.SENTEVAL_TEST_SETS]. A record without a protocol names none."""
+    if not isinstance(protocol, dict) or protocol.get("split") != "test" or not isinstance(protocol.get("tasks"), dict):
+        return set()
+    return {task for task, entry in protocol["tasks"].items() if isinstance(entry, dict)
+            and (entry.get("pairs"), entry.get("sha256")) == SENTEVAL_TEST_SETS.get(task)}
 
 
 @dataclass

@@ -10,7 +10,9 @@ papers' numbers live in the per-family templates of ``model_cards/`` as the *pap
     write_model_card("outputs/simcse")                                          # README.md (+ figure if missing)
 """
 
+import json
 import re
+import shlex
 from importlib.resources import files
 from pathlib import Path
 from typing import Optional
@@ -21,7 +23,7 @@ from markupsafe import Markup
 
 from ..atomic import write_json, write_text
 from ..errors import DataError
-from ..evaluation.sts import STS_COLUMNS, STS_SHORT_NAMES, STS_TASKS
+from ..evaluation.sts import STS_COLUMNS, STS_SHORT_NAMES, STS_TASKS, senteval_tasks
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from ..methods import method_of_model_type
 from ..options import FLAG_NAMES
@@ -98,26 +100,33 @@ def code_span(value) -> Markup:
     return Markup(f"{fence}{pad}{text}{pad}{fence}")
 
 
-def code_text(value) -> Markup:
-    """``value`` inside a fenced code block: on one line, with no backtick (a fence can never close early)."""
-    return Markup(" ".join(str(value).splitlines()).replace("`", "'"))
+def python_string(value) -> Markup:
+    """``value`` as a Python string literal inside a fenced code block (a snippet a reader runs): quoted and
+    escaped, so a crafted folder or repository name stays one string and cannot add code; no backtick."""
+    return Markup(json.dumps(str(value)).replace("`", "\\u0060"))
+
+
+def shell_word(value) -> Markup:
+    """``value`` as one shell word inside a fenced code block (a command a reader runs), quoted where it must be;
+    no backtick."""
+    return Markup(shlex.quote(" ".join(str(value).splitlines()).replace("`", "'")))
 
 
 def escaped(value):
     """The card template's ``finalize``: every printed string is
     [`markdown_text`][csekit.publishing.model_card.markdown_text] unless a filter made it markup (``code``,
-    ``code_text``) or it is the card's own YAML header."""
+    ``python_string``, ``shell_word``) or it is the card's own YAML header."""
     if isinstance(value, str) and not isinstance(value, Markup):
         return markdown_text(value)
     return value
 
 
 def card_environment() -> jinja2.Environment:
-    """The Jinja environment of every card: strict, Markdown-escaping (`escaped`), with ``code`` and ``code_text``
-    filters."""
+    """The Jinja environment of every card: strict, Markdown-escaping (`escaped`), with ``code``, ``python_string`` and
+    ``shell_word`` filters."""
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(MODEL_CARDS_DIR), undefined=jinja2.StrictUndefined,
                                      keep_trailing_newline=True, finalize=escaped)
-    environment.filters.update(code=code_span, code_text=code_text)
+    environment.filters.update(code=code_span, python_string=python_string, shell_word=shell_word)
     return environment
 
 
@@ -157,12 +166,15 @@ def other_result_rows(record: dict) -> list:
 
 def sts_eval_results(record: dict, contaminated: set) -> list:
     """The SentEval STS test scores as model-index entries, under SentEval's names (not a Hub dataset id: SentEval's
-    files are not MTEB's) with the metric sentence-transformers' cards use (``spearman_cosine``)."""
+    files are not MTEB's) with the metric sentence-transformers' cards use (``spearman_cosine``): only the tasks the
+    record's protocol shows were scored on SentEval's own test files
+    ([`senteval_tasks`][csekit.evaluation.sts.senteval_tasks]); any other data's scores stay in the card's text."""
+    senteval = senteval_tasks(record.get("protocol", {}).get("sts"))
     return [
         EvalResult(task_type="sentence-similarity", task_name="Semantic Similarity", dataset_type=f"SentEval/{task}",
                    dataset_name=f"SentEval {STS_SHORT_NAMES.get(task, task)}", dataset_split="test",
                    metric_type="spearman_cosine", metric_name="Spearman (cosine) x100", metric_value=score)
-        for task, score in record["sts"].items() if task in STS_TASKS and task not in contaminated
+        for task, score in record["sts"].items() if task in senteval and task not in contaminated
     ]
 
 
@@ -265,6 +277,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         versions=framework_versions(record),
         sts_aggregations=record.get("sts_aggregations"),
         sts_protocol=record.get("protocol", {}).get("sts"),
+        not_senteval=[task for task in STS_TASKS if task not in senteval_tasks(record.get("protocol", {}).get("sts"))],
         mteb=record.get("mteb"),
         matryoshka_sts=record.get("matryoshka_sts"),
         embedding_size=embedding_dimension(folder, config),

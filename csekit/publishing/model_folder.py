@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
-from ..evaluation.sts import STS_TASKS
 from ..loading import ARGUMENTS_FILE, LOCAL_PATHS, RESULTS_FILE, hub_id_of, local_paths
 from ..methods import method_of_model_type
+from .eval_record import record_problem
 
 
 def read_json(path: Path) -> dict:
@@ -65,7 +65,9 @@ def base_name(path: str) -> str:
 
 
 def load_eval_record(model_dir) -> dict:
-    """The folder's ``eval_results.json``; it must hold all 7 STS test scores and their average."""
+    """The folder's ``eval_results.json``, every field checked for the shape csekit writes
+    ([`record_problem`][csekit.publishing.eval_record.record_problem]): all 7 STS test scores and their average,
+    finite scores, counts and a Hub id where the card and the metadata read them."""
     if not (Path(model_dir) / "config.json").is_file():
         raise DataError(f"{model_dir}: not a model folder (no config.json)")
     path = Path(model_dir) / RESULTS_FILE
@@ -73,12 +75,10 @@ def load_eval_record(model_dir) -> dict:
         raise DataError(f"{path}: no such file; train with a csekit recipe or run `csekit evaluate {model_dir} "
                         f"--output {path}` first")
     record = read_json(path)
-    scores = record.get("sts")
-    if not isinstance(scores, dict) or not all(isinstance(value, (int, float)) for value in scores.values()):
-        raise DataError(f"{path}: 'sts' is not a mapping of task names to scores")
-    missing = [task for task in (*STS_TASKS, "avg") if task not in scores]
-    if missing:
-        raise DataError(f"{path}: 'sts' lacks {', '.join(missing)}")
+    problem = record_problem(record)
+    if problem:
+        raise DataError(f"{path}: {problem}; csekit writes no such record (run `csekit evaluate {model_dir} --output "
+                        f"{path}` again)")
     return record
 
 

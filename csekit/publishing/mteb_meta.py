@@ -12,15 +12,17 @@ JSON: csekit writes it without the mteb package, and the tests validate it with 
 """
 
 import datetime
-import json
 from pathlib import Path
 from typing import Optional
 
 from safetensors import safe_open
 
 from ..atomic import write_json
+from ..errors import DataError
 from ..loading import ARGUMENTS_FILE
 from ..preflight import weight_files
+from ..st_folder import module_entries, module_kind
+from ..st_folder import read_json as st_read_json
 from .model_folder import FolderConfig, base_model_id, read_json
 
 MODEL_META_FILE = "mteb_model_meta.json"
@@ -44,20 +46,26 @@ def parameter_count(folder: Path) -> int:
     return total
 
 
+# the settings that give a module's output size (a Pooling module's in sentence-transformers 6's format, then the old)
+SIZE_KEYS = {"Dense": ("out_features",), "Pooling": ("embedding_dimension", "word_embedding_dimension")}
+
+
 def embedding_dimension(folder: Path, config) -> int:
-    """The size of the vectors the model returns: its sentence-transformers modules' last Dense or Pooling output,
-    else the config's representation size (CLSR) or the backbone's hidden size."""
-    modules = folder / "modules.json"
-    if modules.is_file():
-        size = None
-        for module in json.loads(modules.read_text()):
-            settings = folder / module["path"] / "config.json"
-            if module["type"].endswith("Dense") and settings.is_file():
-                size = json.loads(settings.read_text())["out_features"]
-            elif module["type"].endswith("Pooling") and settings.is_file():
-                size = json.loads(settings.read_text())["embedding_dimension"]
-        if size:
-            return int(size)
+    """The size of the vectors the model returns: its sentence-transformers modules' last Dense or Pooling output
+    (``modules.json`` read by ``csekit.st_folder.module_entries``: a path outside the folder, or an
+    entry without one, is refused in one line), else the config's representation size (CLSR) or the backbone's
+    hidden size."""
+    size = None
+    for module in module_entries(folder):  # each path checked to be the folder or a sub-folder of it
+        settings = st_read_json(folder / module["path"] / "config.json")
+        keys = SIZE_KEYS.get(module_kind(module), ())
+        key = next((key for key in keys if key in settings), None)
+        if key is not None:
+            if type(settings[key]) is not int or settings[key] <= 0:
+                raise DataError(f"{folder / module['path'] / 'config.json'}: {key} {settings[key]!r} is not a size")
+            size = settings[key]
+    if size:
+        return size
     size = config.values.get("representation_size")  # CLSR's e
     return int(size or config.encoder["hidden_size"])
 
