@@ -173,6 +173,9 @@ class CSETrainingArguments(TrainingArguments):
     metric_for_best_model: Optional[str] = field(default="STSBenchmark", metadata={"help": "Selection metric."})
     greater_is_better: Optional[bool] = field(default=True, metadata={"help": "Higher metric is better."})
     logging_steps: float = field(default=10, metadata={"help": "Log losses every N steps."})
+    logging_nan_inf_filter: bool = field(default=False, metadata={
+        "help": "transformers' filter of non-finite logged losses, which reads the loss on the host every step; off, "
+                "since csekit stops at the first non-finite loss or gradient before its update."})
     report_to: Optional[str] = field(default="none", metadata={
         "help": "'tensorboard' to log there (pip install 'csekit[tensorboard]'); 'none' logs to the console."})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={

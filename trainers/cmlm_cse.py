@@ -105,7 +105,7 @@ class CMLMCSETrainer(SimCSETrainer):
         return CMLMCSECollator(tokenizer, max_length=max_length, config=model.config, padding_free=padding_free)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
-        config = self.accelerator.unwrap_model(model).config
+        config = self.unwrapped(model).config
         # SimCSE's side: "loss" is L_contrast (with its Matryoshka terms when configured), logged term by term
         contrastive_side = super().compute_losses(model, outputs, inputs)
         if outputs.mlm_loss is None:

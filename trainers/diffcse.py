@@ -74,7 +74,7 @@ class DiffCSETrainer(SimCSETrainer):
         return DiffCSECollator(tokenizer, max_length=max_length, config=model.config, padding_free=padding_free)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
-        config = self.accelerator.unwrap_model(model).config
+        config = self.unwrapped(model).config
         contrastive_side = super().compute_losses(model, outputs, inputs)
         if outputs.rtd_loss is None:
             raise DataError("DiffCSE batches need mlm_input_ids: use DiffCSECollator")

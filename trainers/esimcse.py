@@ -116,7 +116,7 @@ class ESimCSETrainer(SimCSETrainer):
         return ESimCSECollator(tokenizer, max_length=max_length, config=model.config, padding_free=padding_free)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
-        network = self.accelerator.unwrap_model(model)
+        network = self.unwrapped(model)
         config, momentum = network.config, network.momentum
         training = outputs.queue_keys is not None
         # every slot of the queue, its empty ones masked: fixed shapes and no host read (the same loss as the
@@ -154,7 +154,7 @@ class ESimCSETrainer(SimCSETrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """The step, after the queue is emptied at an epoch's start (decided here, on the host, outside the step's
         compiled code)."""
-        self.accelerator.unwrap_model(model).momentum.start_epoch(math.floor((self.state.epoch or 0) + 1e-6))
+        self.unwrapped(model).momentum.start_epoch(math.floor((self.state.epoch or 0) + 1e-6))
         return super().training_step(model, inputs, num_items_in_batch)
 
     def gathered(self, tensor: torch.Tensor) -> torch.Tensor:

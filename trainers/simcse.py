@@ -10,7 +10,7 @@ class SimCSETrainer(ContrastiveTrainer):
     """SimCSE: InfoNCE between view 0 and view 1, with view 2 as hard negatives when present."""
 
     def compute_losses(self, model, outputs, inputs) -> dict:
-        config = self.accelerator.unwrap_model(model).config
+        config = self.unwrapped(model).config
         hard_negatives = outputs.embeddings.shape[1] > 2
         candidate_mask = self.duplicate_mask(inputs, hard_negatives)
 

@@ -156,7 +156,7 @@ class OptimizerStepHook(TrainerCallback):
         self.trainer = trainer
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        self.trainer.accelerator.unwrap_model(self.trainer.model).after_optimizer_step()
+        self.trainer.unwrapped().after_optimizer_step()
 
 
 class NumericProgressCallback(ProgressCallback):
@@ -297,7 +297,9 @@ class ContrastiveTrainer(Trainer):
         [`CSETrainingArguments`][csekit.trainers.arguments.CSETrainingArguments]) is turned off with a logged line and
         the last step's model is kept. The data's columns are checked
         ([`check_columns`][csekit.trainers.trainer.ContrastiveTrainer.check_columns]) and all are kept for the
-        collator. Returns the arguments the Trainer runs with (a copy when evaluation was turned off)."""
+        collator. transformers' filter of non-finite logged losses is turned off (it reads the loss on the host at
+        every step, and csekit's own check stops the run at the first non-finite loss before its update). Returns the
+        arguments the Trainer runs with (a copy when it changed them)."""
         tokenizer = kwargs.get("processing_class")
         if tokenizer is None and hasattr(model, "known_tokenizer"):
             tokenizer = kwargs["processing_class"] = model.known_tokenizer()
@@ -313,6 +315,9 @@ class ContrastiveTrainer(Trainer):
             collator.text_ids = getattr(args, "duplicate_negatives", "keep") == "mask"  # as the recipes' collator
             seed = getattr(args, "data_seed", None)
             collator.draws.seed = seed if seed is not None else getattr(args, "seed", collator.draws.seed)
+        if args is not None and args.logging_nan_inf_filter:  # two host reads a step; the finite check covers it
+            args = copy.copy(args)
+            args.logging_nan_inf_filter = False
         if (args is not None and args.eval_strategy != IntervalStrategy.NO and sts_evaluator is None
                 and kwargs.get("eval_dataset") is None):
             logger.warning("no sts_evaluator: evaluation (eval_strategy %s) is off and the last step's model is kept; "
@@ -423,10 +428,10 @@ class ContrastiveTrainer(Trainer):
         negatives (a queue, [`info_nce_loss`][csekit.modeling.losses.info_nce_loss]'s ``extra_negatives``) cuts them to
         the size of the vectors it is given, ``queue[:, :vectors.shape[-1]]``, so each size contrasts them too.
         Returns ``(total, {"matryoshka_<d>": L_c(v_{1:d}), ...})``."""
-        config = self.accelerator.unwrap_model(model).config
+        config = self.unwrapped(model).config
         if not config.matryoshka_dims:
             return contrastive, {}
-        vectors = self.accelerator.unwrap_model(model).sentence_vectors(outputs)
+        vectors = self.unwrapped(model).sentence_vectors(outputs)
         if vectors is None:  # (refused before training: trainers/runner.py)
             raise DataError("--matryoshka_dims: the model's inference vectors are not a Linear chain over the pooler")
         weights = config.matryoshka_weights or [1.0] * len(config.matryoshka_dims)
@@ -461,7 +466,7 @@ class ContrastiveTrainer(Trainer):
         def backward(loss):
             self.accelerator.backward(loss / steps)
 
-        losses = self.gradient_cache.step(self.accelerator.unwrap_model(model), model_inputs(inputs),
+        losses = self.gradient_cache.step(self.unwrapped(model), model_inputs(inputs),
                                           lambda outputs: self.compute_losses(model, outputs, inputs), backward,
                                           self.accelerator.autocast)
         self.record_losses(losses)
@@ -656,6 +661,29 @@ class ContrastiveTrainer(Trainer):
     # the recipe's record of the whole run (its data settings too: trainers/runner.py); else run_record()'s
     setup_record: Optional[dict] = None
     data_identity: Optional[str] = None  # the training data's, set by preflight when the recipe gave no record
+
+    def unwrapped(self, model=None):
+        """``model`` (default: the trainer's) without its DDP or compile wrappers, as accelerate's ``unwrap_model``
+        gives it, kept for as long as the wrapper is the same: accelerate's call walks every module at each step."""
+        model = self.model if model is None else model
+        if self._unwrapped is None or self._unwrapped[0] is not model:
+            self._unwrapped = (model, self.accelerator.unwrap_model(model))
+        return self._unwrapped[1]
+
+    _unwrapped: Optional[tuple] = None
+
+    def floating_point_ops(self, inputs) -> int:
+        """transformers' estimate of a step's work (6 x tokens x non-embedding parameters, for the logged
+        ``total_flos``), with the parameters counted once per run: transformers counts them by walking every module
+        at every step."""
+        if self._parameter_count is None:
+            model = self.accelerator.unwrap_model(self.model)
+            self._parameter_count = model.num_parameters(exclude_embeddings=True) if hasattr(
+                model, "num_parameters") else 0
+        tokens = inputs.get("input_ids") if isinstance(inputs, dict) else None
+        return 6 * (tokens.numel() if torch.is_tensor(tokens) else 0) * self._parameter_count
+
+    _parameter_count: Optional[int] = None
 
     def run_arguments(self) -> dict:
         """``training_args.json`` of a run built in Python (a recipe writes its own): the backbone it started from

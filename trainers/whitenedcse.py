@@ -48,7 +48,7 @@ class WhitenedCSETrainer(ContrastiveTrainer):
             )
 
     def compute_losses(self, model, outputs, inputs) -> dict:
-        config = self.accelerator.unwrap_model(model).config
+        config = self.unwrapped(model).config
         candidate_mask = self.duplicate_mask(inputs)
 
         def positive_terms(embeddings):  # (batch, 1 + m, size) -> (batch, m)

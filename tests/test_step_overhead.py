@@ -1,0 +1,112 @@
+"""What a training step costs besides its kernels, counted on the CPU through ``Trainer.train()``.
+
+On a GPU the step is launch-bound: every host read of a device value (``bool(t)``, ``t.item()``, ``t.tolist()``...)
+waits for the queue to drain, and per-step Python work delays the next launch. Both are counted here while the real
+``Trainer.train()`` loop runs steps 3 to 6 (the first steps compile and warm up; no step logs or saves in that
+window): host reads through a ``TorchFunctionMode`` that sees every tensor method, module walks through
+``nn.Module.named_modules``.
+"""
+
+import contextlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from torch.overrides import TorchFunctionMode
+from transformers import TrainerCallback, TrainingArguments
+
+from csekit.modeling import SimCSEModel
+from csekit.trainers import CSETrainingArguments, SimCSETrainer
+
+HOST_READS = {"item", "__bool__", "tolist", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero"}
+FIRST, STEPS = 2, 4  # counted: the steps after the first FIRST, STEPS of them
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the tensor methods that read a device value on the host, by the file that called them."""
+
+    def __init__(self):
+        super().__init__()
+        self.counting, self.places = False, Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self.counting and getattr(func, "__name__", "") in HOST_READS:
+            import traceback
+
+            caller = [frame for frame in traceback.extract_stack()[:-1] if "/torch/" not in frame.filename][-1]
+            self.places[f"{Path(caller.filename).name}:{func.__name__}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class Window(TrainerCallback):
+    """Turns ``counter.counting`` on for the steps after the first ``FIRST`` (``on_step_begin`` .. ``on_step_end``)."""
+
+    def __init__(self, counter):
+        self.counter = counter
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.counter.counting = state.global_step >= FIRST
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.counter.counting = False
+
+
+def train_counting(backbone: Path, output_dir: Path, counter, arguments=CSETrainingArguments, **settings) -> None:
+    """Unsupervised SimCSE on the tests' backbone, ``FIRST + STEPS`` steps of 8 sentences, no evaluation, logging or
+    save inside the window, ``counter`` counting in it."""
+    model = SimCSEModel.from_encoder(str(backbone), pooler_type="cls")
+    args = arguments(output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=FIRST + STEPS,
+                     logging_steps=100, save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True,
+                     disable_tqdm=True, **({"load_best_model_at_end": False} if arguments is CSETrainingArguments
+                                          else {}), **settings)
+    sentences = [f"sentence {i} about the {['red', 'old', 'new'][i % 3]} harbour" for i in range(64)]
+    trainer = SimCSETrainer(model=model, args=args, train_dataset=Dataset.from_dict({"sent0": sentences}),
+                            callbacks=[Window(counter)])
+    with counter if isinstance(counter, TorchFunctionMode) else contextlib.nullcontext():
+        trainer.train()
+
+
+@pytest.mark.parametrize("arguments", [CSETrainingArguments, TrainingArguments], ids=["csekit", "transformers"])
+def test_a_compiled_step_reads_the_host_once_through_trainer_train(arguments, tiny_backbone, tmp_path):
+    """Under ``--torch_compile`` a step reads one device value on the host: csekit's finite check of the update.
+    transformers' filter of non-finite logged losses (two reads a step) is off, with csekit's arguments and with a
+    caller's plain ``TrainingArguments``; the model's own reads (view lengths, attention mask) are traced away."""
+    reads = HostReads()
+    train_counting(tiny_backbone, tmp_path, reads, arguments, torch_compile=True, torch_compile_backend="aot_eager")
+    assert sum(reads.places.values()) <= STEPS, reads.places
+    assert set(reads.places) == {"trainer.py:__bool__"}, reads.places  # csekit's trainer, the finite check
+
+
+def test_an_eager_step_reads_the_host_only_where_the_model_must(tiny_backbone, tmp_path):
+    """Eager, the model adds its two reads (whether the views have one length, whether the mask has padding), and
+    nothing reads the loss for the log between logging steps."""
+    reads = HostReads()
+    train_counting(tiny_backbone, tmp_path, reads)
+    assert sum(reads.places.values()) <= 3 * STEPS, reads.places
+    assert all(count == STEPS for count in reads.places.values()), reads.places
+
+
+def test_a_step_walks_no_module_besides_reading_the_parameters(tiny_backbone, tmp_path, monkeypatch):
+    """Besides the optimizer's reads of the parameters (clearing and clipping the gradients), nothing walks the
+    model's modules at a step: transformers' ``total_flos`` estimate counts the parameters once per run (it walked
+    every module at every step), and the trainer unwraps the model once per wrapper (accelerate's ``unwrap_model``
+    walks every module looking for compiled regions)."""
+    import traceback
+
+    walks = Counter()
+    named_modules = torch.nn.Module.named_modules
+
+    class Walks:
+        counting = False
+
+    def counted(module, *args, **kwargs):
+        if Walks.counting and not any(frame.name == "_named_members" for frame in traceback.extract_stack()):
+            caller = [frame for frame in traceback.extract_stack()[:-1] if "/torch/" not in frame.filename][-1]
+            walks[f"{Path(caller.filename).name}:{caller.name}"] += 1
+        return named_modules(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "named_modules", counted)
+    train_counting(tiny_backbone, tmp_path, Walks)
+    assert not walks, walks
