@@ -63,6 +63,19 @@ def config_fields(config_class) -> list:
     return [f for f in dataclasses.fields(config_class) if f.name not in inherited and f.name not in excluded]
 
 
+def flag_settings(config) -> dict:
+    """``{field: value}`` of a config's method settings that are flags
+    ([`config_fields`][csekit.trainers.arguments.config_fields]): what a run record and ``training_args.json``
+    hold of the model."""
+    return {f.name: getattr(config, f.name) for f in config_fields(type(config))}
+
+
+def built_from(model) -> Optional[str]:
+    """The backbone folder or Hub id a model was built from (``from_encoder`` names it in ``config.name_or_path``),
+    or ``None``: ``training_args.json``'s ``model_name_or_path`` for a run built in Python."""
+    return getattr(getattr(model, "config", None), "name_or_path", None) or None
+
+
 # config fields that are not method flags: the backbone's config (from --model_name_or_path) and the inference
 # settings of a sentence-transformers backbone (read from its folder)
 NOT_FLAGS = ("encoder_config", "sentence_transformers_settings")
@@ -468,7 +481,8 @@ def write_arguments(output_dir, **groups) -> None:
 
 __all__ = [
     "COMMON_TRAINING_FLAGS", "CSETrainingArguments", "ContrastiveDataArguments", "DataArguments",
-    "RecipeArgumentParser", "arguments_record", "build_recipe_parser", "config_fields", "config_kwargs",
+    "RecipeArgumentParser", "arguments_record", "build_recipe_parser", "built_from", "config_fields", "config_kwargs",
+    "flag_settings",
     "docstring_arguments", "model_arguments", "parse_recipe_args", "read_config_file", "resolve_recipe_config",
     "setup_record", "shipped_configs", "write_arguments",
 ]

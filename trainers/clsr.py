@@ -43,7 +43,7 @@ from ..preflight import (
     check_training_arguments,
     find_checkpoint,
 )
-from .arguments import arguments_record, config_fields, setup_record
+from .arguments import arguments_record, built_from, flag_settings, setup_record
 from .clsr_data import (
     HeldOutSentences,
     PairCorpus,
@@ -397,10 +397,8 @@ class CLSRTrainer:
     def run_arguments(self) -> dict:
         """``training_args.json`` of the run, as a recipe records it: the backbone and the method's settings, the
         pairs trained on (their hash and count, after the held-out ones are dropped), every training argument."""
-        model = self.model
-        settings = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
         return arguments_record(
-            model_args={"model_name_or_path": model.config.name_or_path or None, **settings},
+            model_args={"model_name_or_path": built_from(self.model), **flag_settings(self.model.config)},
             data_args={"train_dataset": self.run_record.get(TRAIN_DATA), "train_pairs": len(self.corpus.pairs)},
             training_args=self.args)
 

@@ -34,6 +34,7 @@ from ..preflight import (
     checkpoint_problem,
     find_checkpoint,
 )
+from .arguments import arguments_record, built_from, flag_settings, setup_record
 from .collators import TEXT_IDS, ContrastiveCollator, text_id
 from .data import check_rows, check_train_dataset, data_fingerprint, method_columns
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
@@ -52,17 +53,9 @@ def run_record(model, args, data: Optional[str] = None) -> dict:
     every method setting of the model's config ([`setup_record`][csekit.trainers.arguments.setup_record]) and the
     training data's identity ``data`` ([`data_identity`][csekit.trainers.trainer.data_identity]), as the recipe's
     record holds them."""
-    from .arguments import config_fields, setup_record
-
-    config = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
-    record = setup_record(model.config.model_type, args.world_size, training_args=args, model_args=config)
+    record = setup_record(model.config.model_type, args.world_size, training_args=args,
+                          model_args=flag_settings(model.config))
     return {**record, TRAIN_DATA: data} if data is not None else record
-
-
-def built_from(model) -> Optional[str]:
-    """The backbone folder or Hub id a model was built from (``from_encoder`` names it in ``config.name_or_path``),
-    or ``None``."""
-    return getattr(getattr(model, "config", None), "name_or_path", None) or None
 
 
 def data_identity(dataset) -> Optional[str]:
@@ -216,7 +209,7 @@ class ContrastiveTrainer(Trainer):
                 "call trainer.push_to_hub() once eval_results.json is written (the recipes' --push_to_hub does this)"
             )
         check_trainer_model(model, type(self))
-        self.base_model = built_from(model)  # for the run's training_args.json
+        self.base_model = built_from(model)  # for the run's training_args.json (model_name_or_path)
         if sts_evaluator is not None and not isinstance(sts_evaluator, STSEvaluator):
             raise DataError(f"sts_evaluator: a {type(sts_evaluator).__module__}.{type(sts_evaluator).__name__}; csekit "
                             "selects checkpoints on STS with csekit.evaluation.STSEvaluator(data_dir, "
@@ -677,7 +670,7 @@ class ContrastiveTrainer(Trainer):
         ``total_flos``), with the parameters counted once per run: transformers counts them by walking every module
         at every step."""
         if self._parameter_count is None:
-            model = self.accelerator.unwrap_model(self.model)
+            model = self.unwrapped()
             self._parameter_count = model.num_parameters(exclude_embeddings=True) if hasattr(
                 model, "num_parameters") else 0
         tokens = inputs.get("input_ids") if isinstance(inputs, dict) else None
@@ -689,14 +682,12 @@ class ContrastiveTrainer(Trainer):
         """``training_args.json`` of a run built in Python (a recipe writes its own): the backbone it started from
         and the method's settings, the data (its identity, size, and the truncation length and packing it trained
         at) and every training argument, as a recipe records them, for the card's training table."""
-        from .arguments import arguments_record, config_fields
-
-        model, collator, dataset = self.accelerator.unwrap_model(self.model), self.data_collator, self.train_dataset
-        settings = {f.name: getattr(model.config, f.name) for f in config_fields(type(model.config))}
+        collator, dataset = self.data_collator, self.train_dataset
         data = {"train_dataset": self.data_identity, "train_examples": len(dataset) if hasattr(dataset, "__len__")
                 else None, "max_seq_length": getattr(collator, "max_length", None),
                 "padding_free": getattr(collator, "padding_free", None)}
-        return arguments_record(model_args={"model_name_or_path": self.base_model, **settings}, data_args=data,
+        return arguments_record(model_args={"model_name_or_path": self.base_model,
+                                            **flag_settings(self.unwrapped().config)}, data_args=data,
                                 training_args=self.args)
 
     def run_record(self) -> dict:
