@@ -667,8 +667,9 @@ def test_every_setting_round_trips_from_its_flag_to_config_json(method, tiny_bac
             argv = ["--model_name_or_path", str(tiny_backbone), *COMPANIONS.get(config_field.name, []), flag, *values]
             kwargs = {**config_kwargs(recipe.parse(argv)[0], config_class), **{
                 name: value for name, value in construction_kwargs(method).items() if name != config_field.name}}
-            try:
+            try:  # (validated as save_pretrained validates: a config class left undecorated checks only there)
                 config = config_class(encoder_config=encoder, **kwargs)
+                config.validate()
             except (ValueError, StrictDataclassClassValidationError):  # a value this backbone or config refuses
                 continue
             value = getattr(config, config_field.name)
