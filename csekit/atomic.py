@@ -6,9 +6,11 @@ nothing) plus at most a hidden ``.<name>.*.tmp`` sibling, never a truncated dest
 
     write_text(folder / "README.md", card)
     write_json(folder / "eval_results.json", record)
-    with staged_folder(out_dir) as staging:       # build a whole folder, then move it into place
+    # build a whole folder, then move it into place
+    with staged_folder(out_dir) as staging:
         model.save_pretrained(staging)
-    commit_files(out_dir / ".staging", out_dir)   # replace the files of a folder that also holds other things
+    # replace the files of a folder that also holds other things
+    commit_files(out_dir / ".staging", out_dir)
 """
 
 import contextlib

@@ -100,15 +100,19 @@ def paper_configs() -> list:
 
 
 def reproduce_table(recipe=None) -> str:
-    """docs/reproduce.md's table (Markdown): a row per paper config, or per config of ``recipe`` only."""
-    rows = ["| paper row | paper's score | command: from a checkout, from an installed csekit | weights | "
-            "training compute (counted) |", "|---|---:|---|---|---|"]
-    for config in paper_configs():
-        if recipe is None or config.recipe == recipe:
-            checkout, installed = config.commands()
-            rows.append(f"| {config.row} | {config.score} | `{checkout}`<br>`{installed}` | {config.weights} | "
-                        f"{config.compute} |")
-    return "\n".join(rows)
+    """docs/reproduce.md's table (Markdown), a row per paper config or per config of ``recipe`` only, then its
+    commands in a shell block: a table cell is no place to copy a command from."""
+    configs = [config for config in paper_configs() if recipe is None or config.recipe == recipe]
+    rows = ["| paper row | paper's score | config | weights | training compute (counted) |",
+            "|---|---:|---|---|---|"]
+    rows += [f"| {config.row} | {config.score} | `paper/{config.name}` | {config.weights} | {config.compute} |"
+             for config in configs]
+    if not configs:
+        return "\n".join(rows)
+    block = ["", "Each row's command, from a checkout and from an installed csekit:", "", "```bash"]
+    for config in configs:
+        block += [f"# {config.row}", *config.commands()]
+    return "\n".join(rows + block + ["```"])
 
 
 __all__ = ["PaperConfig", "paper_configs", "read_paper_config", "reproduce_table"]

@@ -5,6 +5,8 @@
   failed conversion inside it (an ``<merror>``, a LaTeX command left as text);
 * no Sphinx role text (``:class:`X```): cross-references are links;
 * no list left as paragraph text (a line starting ``1. `` or ``- `` inside a ``<p>``);
+* no code block line wider than 88 columns (a reader copies it without scrolling sideways);
+* no table cell holding several code spans stacked on lines of their own (commands go in lists or blocks);
 * every public name has an anchor: each name in the ``__all__`` of ``csekit`` and of the API reference's modules, and
   each registered method's config, model and trainer, under the module that defines it;
 * no Python file of the build (``hooks.py``) published as a page asset.
@@ -62,9 +64,36 @@ def list_problems(name: str, page: str) -> list:
     return problems
 
 
+CODE_BLOCK = re.compile(r"<pre\b[^>]*>(.*?)</pre>", re.S | re.I)
+CODE_WIDTH = 88  # columns a code block shows without a sideways scroll on a laptop-width page
+
+
+def code_problems(name: str, page: str) -> list:
+    """A code block line wider than ``CODE_WIDTH`` columns: the reader scrolls sideways to copy it."""
+    problems = []
+    for block in CODE_BLOCK.findall(page):
+        for line in html.unescape(TAGS.sub("", block)).splitlines():
+            if len(line) > CODE_WIDTH:
+                problems.append(f"{name}: a code line of {len(line)} columns (at most {CODE_WIDTH}): {line[:60]}...")
+    return problems
+
+
+TABLE_CELL = re.compile(r"<t[dh]\b[^>]*>(.*?)</t[dh]>", re.S | re.I)
+STACKED_CODE = re.compile(r"</code>\s*<br\s*/?>\s*<code>", re.I)
+
+
+def table_problems(name: str, page: str) -> list:
+    """A table cell holding code spans stacked on lines of their own: commands to copy belong in a list or a block,
+    where each is one line a reader selects whole."""
+    return [f"{name}: a table cell holding several commands: {html.unescape(TAGS.sub(' ', cell)).strip()[:60]}..."
+            for cell in TABLE_CELL.findall(page) if STACKED_CODE.search(cell)]
+
+
 def page_problems(name: str, page: str) -> list:
-    """Raw LaTeX and Sphinx role text on one page, math whose conversion failed, lists that did not render."""
-    problems = math_problems(name, page) + list_problems(name, page)
+    """Raw LaTeX and Sphinx role text on one page, math whose conversion failed, lists that did not render, code
+    lines wider than a page, commands stacked in a table cell."""
+    problems = math_problems(name, page) + list_problems(name, page) + code_problems(name, page)
+    problems += table_problems(name, page)
     text = visible_text(page)
     for pattern, what in ((RAW_LATEX, "raw LaTeX"), (SPHINX_ROLE, "Sphinx role text")):
         match = pattern.search(text)

@@ -29,8 +29,10 @@ mean, permute, covariance ``/ N`` per group, ``W = U Λ^-1/2 Uᵀ`` with the cov
 
 Example::
 
-    sgw = GroupWhitening(hidden_size=384, num_groups=192, kind="shuffled_group")  # 192 groups of 2 channels
-    views = sgw(features.expand(3, -1, -1))  # (3, N, 384): three SGW draws of the same (N, 384) features
+    # 192 groups of 2 channels
+    sgw = GroupWhitening(hidden_size=384, num_groups=192, kind="shuffled_group")
+    # (3, N, 384): three SGW draws of the same (N, 384) features
+    views = sgw(features.expand(3, -1, -1))
 """
 
 from typing import Optional

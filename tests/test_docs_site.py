@@ -68,3 +68,18 @@ def test_a_failed_math_conversion_is_found_inside_math():
 def test_a_list_left_as_paragraph_text_is_found():
     [problem] = check_site.page_problems("page.html", CLEAN + "<p>each step:\n1. encodes the batch;\n2. computes</p>")
     assert problem == "page.html: a list that did not render: 1. e..."
+
+
+def test_a_code_line_wider_than_a_page_is_found():
+    wide = "x = " + "1 + " * 25 + "1"
+    [problem] = check_site.page_problems("python.html", CLEAN + f"<pre><code><span>{wide}</span>\nok</code></pre>")
+    assert problem.startswith(f"python.html: a code line of {len(wide)} columns (at most 88)")
+    assert check_site.page_problems("python.html", CLEAN + "<pre><code>short = 1</code></pre>") == []
+
+
+def test_commands_stacked_in_a_table_cell_are_found():
+    cell = "<table><tr><td><code>csekit train simcse</code><br><code>csekit card out</code></td></tr></table>"
+    [problem] = check_site.page_problems("reproduce.html", CLEAN + cell)
+    assert problem == "reproduce.html: a table cell holding several commands: csekit train simcse   csekit card out..."
+    one = "<table><tr><td><code>paper/simcse_bert_base</code> and <code>x</code></td></tr></table>"
+    assert check_site.page_problems("reproduce.html", CLEAN + one) == []

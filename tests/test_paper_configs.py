@@ -72,10 +72,12 @@ def test_a_new_paper_yaml_is_picked_up_with_no_other_edit(tmp_path, monkeypatch)
     (config,) = paper_configs()
     assert (config.name, config.recipe, config.score, config.settings) == (
         "new_method", "simcse", "77.10 (7 tasks)", {"learning_rate": 3e-5})
-    row = reproduce_table().splitlines()[-1]
-    assert row.startswith("| A method, bert-base (Table 2) | 77.10 (7 tasks) | `accelerate launch recipes/simcse.py "
-                          "--config paper/new_method`<br>`accelerate launch -m csekit.recipes.simcse --config "
-                          "paper/new_method` | bert-base-uncased | not counted |")
+    table = reproduce_table().splitlines()
+    row = "| A method, bert-base (Table 2) | 77.10 (7 tasks) | `paper/new_method` | bert-base-uncased | not counted |"
+    assert row in table
+    assert table[-4:] == ["# A method, bert-base (Table 2)",
+                          "accelerate launch recipes/simcse.py --config paper/new_method",
+                          "accelerate launch -m csekit.recipes.simcse --config paper/new_method", "```"]
     assert reproduce_table("clsr").count("\n") == 1  # a recipe with no config: the table's head alone
 
 
@@ -201,6 +203,10 @@ def test_reproduce_page_renders_the_headers_table():
     page = (REPO_ROOT / "docs" / "reproduce.md").read_text()
     assert "<!-- paper table -->" in page and "| paper row |" not in page
     table = reproduce_table()
+    lines = table.splitlines()
     for config in CONFIGS.values():
-        (row,) = [line for line in table.splitlines() if f"--config paper/{config.name}`" in line]
-        assert row.startswith(f"| {config.row} | {config.score} | `accelerate launch recipes/{config.recipe}.py ")
+        (row,) = [line for line in lines if f"| `paper/{config.name}` |" in line]
+        assert row.startswith(f"| {config.row} | {config.score} | `paper/{config.name}` | {config.weights} |")
+        at = lines.index(f"# {config.row}")  # its commands in the shell block under the table, one a line
+        assert lines[at + 1:at + 3] == list(config.commands())
+        assert config.commands()[0] == f"accelerate launch recipes/{config.recipe}.py --config paper/{config.name}"

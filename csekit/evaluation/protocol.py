@@ -1,8 +1,11 @@
 """What a score compares: the protocol record kept with every result (``eval_results.json`` ``"protocol"``, the
 model card), and the check that two results were measured the same way.
 
-    {"pooler": "cls", "sts": {"aggregation": "all", "tasks": {"STS12": {"pairs": 3108, "sha256": "..."}, ...}},
-     "transfer": {"protocol": "senteval", "max_train": null, "tasks": {"MR": {"train": 10662, ..., "sha256": ...}}},
+    {"pooler": "cls",
+     "sts": {"aggregation": "all",
+             "tasks": {"STS12": {"pairs": 3108, "sha256": "..."}, ...}},
+     "transfer": {"protocol": "senteval", "max_train": null,
+                  "tasks": {"MR": {"train": 10662, ..., "sha256": ...}}},
      "versions": {"csekit": "0.1.0", "torch": "2.13.0", ...}}
 
 The hashes are over the pairs / examples as scored (sentences, gold scores, labels, in order), so two data folders

@@ -6,7 +6,8 @@ field that is not is refused in one line naming it. A score is a finite number i
 seven SentEval tasks and their average, which must be the mean of the seven as csekit rounds it; a count is a
 non-negative integer; the base model is a Hub id.
 
-    problem = record_problem(record)   # None, or "'sts' avg 90.0 is not the mean of its tasks (71.43)"
+    # None, or "'sts' avg 90.0 is not the mean of its tasks (71.43)"
+    problem = record_problem(record)
 """
 
 import math

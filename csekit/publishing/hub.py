@@ -10,8 +10,9 @@ Nothing local is published: in the uploaded copies of the JSON records and the c
 (``/home/me/data/wiki.txt``, ``outputs/run3``) appears as its base name, and the card says so; a Hub id stays as it
 is ([`publishable_copy`][csekit.publishing.hub.publishable_copy]).
 
-    files = files_to_push("outputs/simcse")           # validate + list, no network
-    push_to_hub("outputs/simcse", "me/simcse-minilm")  # create_repo + upload_folder(allow_patterns=files)
+    files = files_to_push("outputs/simcse")  # validate + list, no network
+    # create_repo + upload_folder(allow_patterns=files)
+    push_to_hub("outputs/simcse", "me/simcse-minilm")
 """
 
 import json

@@ -6,8 +6,9 @@ twin of ``training_args.bin`` written by [`csekit.recipe_run.run_recipe`][csekit
 pickle is never read). The
 papers' numbers live in the per-family templates of ``model_cards/`` as the *paper* rows, with their source.
 
-    card = render_model_card("outputs/simcse", repo_id="me/simcse-minilm")   # a huggingface_hub.ModelCard
-    write_model_card("outputs/simcse")                                          # README.md (+ figure if missing)
+    # a huggingface_hub.ModelCard
+    card = render_model_card("outputs/simcse", repo_id="me/simcse-minilm")
+    write_model_card("outputs/simcse")  # README.md (+ figure if missing)
 """
 
 import json

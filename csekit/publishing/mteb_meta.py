@@ -7,8 +7,10 @@ datasets under MTEB's task names, the model it was adapted from, the public trai
 code where the caller names it. It is plain
 JSON: csekit writes it without the mteb package, and the tests validate it with ``ModelMeta`` itself.
 
-    record = model_meta_record("outputs/simcse", repo_id="me/simcse-minilm")   # a dict of ModelMeta's fields
-    write_model_meta("outputs/simcse", repo_id="me/simcse-minilm")              # mteb_model_meta.json
+    # a dict of ModelMeta's fields
+    record = model_meta_record("outputs/simcse", repo_id="me/simcse-minilm")
+    # mteb_model_meta.json
+    write_model_meta("outputs/simcse", repo_id="me/simcse-minilm")
 """
 
 import datetime

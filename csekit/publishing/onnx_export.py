@@ -4,9 +4,11 @@ The graph is the folder's whole sentence-transformers pipeline (backbone, poolin
 model normalises), traced by ``torch.onnx.export`` (its ``dynamo`` exporter, with a dynamic batch and sequence
 length), so an ONNX runtime needs no pooling code of its own. Layout of ``OUT``::
 
-    model.onnx           input_ids, attention_mask (int64, batch x sequence) -> sentence_embedding (batch x d)
-    tokenizer files      the model's tokenizer (truncate at ``max_length`` below)
-    onnx_export.json     source, dimension, max_length, normalize, quantize, opset, the export's check
+    model.onnx        input_ids, attention_mask (int64, batch x sequence)
+                      -> sentence_embedding (batch x d)
+    tokenizer files   the model's tokenizer (truncate at ``max_length`` below)
+    onnx_export.json  source, dimension, max_length, normalize, quantize, opset,
+                      the export's check
 
 ``--quantize int8`` stores the weights of the linear layers as int8 with one scale per output channel (onnxruntime's
 dynamic quantisation, ``INT8_SETTINGS``: the activations are quantised per tensor at run time, so a sentence's
