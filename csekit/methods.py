@@ -86,6 +86,8 @@ class Method:
         test_flags: the method flags that fit it on the tests' 2-layer, hidden-32 backbone with a batch of 8
             (``{backbone}``: that backbone's folder; ``{masked_lm}``: it with a masked-LM head, tests/conftest.py).
         test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
+        not_on_decoders: why it cannot train a decoder backbone (``DECODER_BACKBONES``: Qwen, Llama, ...), said in
+            the one line that refuses one; empty where it can.
     """
 
     name: str
@@ -111,6 +113,7 @@ class Method:
     fields_outside_the_loss: dict = field(default_factory=dict)
     test_flags: tuple = ()
     test_data: str = "sentences"
+    not_on_decoders: str = ""
 
     @property
     def config_class(self) -> type:
@@ -311,6 +314,8 @@ register(Method(
                                                      "column"},
     # 1 of the 2 blocks frozen as the extractor, 1 fusion block; a weight that lets the MLM term move the encoder
     test_flags=("--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"),
+    not_on_decoders="its conditional MLM predicts masked tokens from both sides, which needs a masked language "
+                    "model (BERT, RoBERTa, ...)",
 ))
 register(Method(
     name="esimcse",
@@ -362,6 +367,8 @@ register(Method(
                                                      "column"},
     # the generator: the tests' backbone with a fresh masked-LM head (``{backbone}``: tests/conftest.py)
     test_flags=("--pooler_type", "cls", "--generator_name_or_path", "{masked_lm}"),
+    not_on_decoders="its replaced-token detection reads every token in both directions and its generator is a "
+                    "masked language model; use an encoder (BERT, RoBERTa, ...)",
 ))
 register(Method(
     name="clsr",

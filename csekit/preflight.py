@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import DataError
+from .modeling.pooler_types import DECODER_BACKBONES
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +42,9 @@ logger = logging.getLogger(__name__)
 # of n tokens uses positions up to padding_idx + n
 POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "mpnet")
 # the encoder families csekit trains and evaluates (model_type: what the table of docs/training.md calls it). Each is
-# covered by tests/test_backbones.py: padded and packed forward passes equal on a tiny random config. Anything else
-# is refused before any work: decoder-only and encoder-decoder models have no bidirectional sentence encoder to pool,
-# and an untested encoder is not guessed to work.
+# covered by tests/test_backbones.py: padded and packed forward passes equal on a tiny random config. The decoder
+# families (DECODER_BACKBONES) are covered by tests/test_decoders.py. Anything else is refused before any work:
+# encoder-decoder models have no sentence encoder to pool, and an untested family is not guessed to work.
 SUPPORTED_BACKBONES = {
     "bert": "BERT, MiniLM (all-MiniLM-L6-v2), SimCSE/sentence-transformers BERT models",
     "roberta": "RoBERTa", "xlm-roberta": "XLM-RoBERTa", "camembert": "CamemBERT", "distilbert": "DistilBERT",
@@ -91,8 +92,10 @@ def is_csekit_model(folder) -> bool:
 
 
 def backbone_table() -> str:
-    """The supported backbone families, one ``model_type: name`` line each (``--help-all`` prints it)."""
-    return "\n".join(f"  {model_type:<12} {name}" for model_type, name in SUPPORTED_BACKBONES.items())
+    """The supported backbone families, one ``model_type: name`` line each, the decoders marked (``--help-all``
+    prints it)."""
+    return "\n".join([f"  {model_type:<12} {name}" for model_type, name in SUPPORTED_BACKBONES.items()]
+                     + [f"  {model_type:<12} {name} (decoder)" for model_type, name in DECODER_BACKBONES.items()])
 
 
 def check_backbone(path, config: dict) -> None:
@@ -102,6 +105,8 @@ def check_backbone(path, config: dict) -> None:
     such."""
     backbone = backbone_config(config)
     model_type = backbone.get("model_type") if isinstance(backbone, dict) else None
+    if model_type in DECODER_BACKBONES and not backbone.get("is_encoder_decoder"):
+        return
     if (model_type in SUPPORTED_BACKBONES and not backbone.get("is_decoder") and not backbone.get("add_cross_attention")
             and not backbone.get("is_encoder_decoder")) or str(model_type).startswith("csekit-"):
         return
@@ -109,10 +114,11 @@ def check_backbone(path, config: dict) -> None:
 
     kind = ("an encoder-decoder model" if backbone.get("is_encoder_decoder") or backbone.get("add_cross_attention")
             else "configured as a decoder (is_decoder: causal attention)" if backbone.get("is_decoder")
-            else "a decoder-only (causal) model" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-            else "a backbone family csekit has not been tested on")
+            else "a decoder-only (causal) family csekit has not been tested on"
+            if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else "a backbone family csekit has not been tested on")
     raise DataError(f"{path}: model_type {model_type!r} is {kind}; csekit trains and evaluates the encoder families "
-                    f"{', '.join(SUPPORTED_BACKBONES)} (docs/training.md: Backbones)")
+                    f"{', '.join(SUPPORTED_BACKBONES)} and the decoder families {', '.join(DECODER_BACKBONES)} "
+                    "(docs/training.md: Backbones)")
 
 def load_tokenizer(name: str, folder):
     """The tokenizer saved in model ``folder`` (``name``: what the user typed), or a
@@ -137,6 +143,51 @@ def load_tokenizer(name: str, folder):
         raise DataError(f"{name}: its tokenizer turns the probe sentence {PROBE_SENTENCE!r} into unknown tokens only "
                         f"({len(tokenizer)} tokens in its vocabulary); save the model's own tokenizer with it")
     return tokenizer
+
+
+def prepare_decoder_tokenizer(tokenizer, backbone_type: Optional[str], pooler_type: Optional[str], name: str):
+    """Make a decoder's (``DECODER_BACKBONES``) ``tokenizer`` ready to train on, in place, as Qwen3-Embedding and
+    e5-mistral use theirs; an encoder's is returned as it is.
+
+    * a pad token when it has none: its end-of-sequence token (pooling reads the attention mask, never the ids, so a
+      padded end-of-sequence token is never taken for the sentence's own);
+    * for ``last_token`` pooling, the end-of-sequence token appended to every sentence, by the tokenizer itself
+      (its post-processor, saved with it): ``SentenceTransformer(folder)`` then pools the same token.
+
+    Raises [`DataError`][csekit.preflight.DataError] when it has no end-of-sequence token to pad with or pool, or
+    when its special tokens cannot be read around a sentence."""
+    if backbone_type not in DECODER_BACKBONES:
+        return tokenizer
+    eos = tokenizer.eos_token
+    if eos is None and (pooler_type == "last_token" or tokenizer.pad_token is None):
+        need = "last-token pooling reads" if pooler_type == "last_token" else "padding needs"
+        raise DataError(f"{name}: its tokenizer has no end-of-sequence token, which {need}; set one "
+                        "(tokenizer.eos_token = '<|endoftext|>', the model's own) and save it with the model")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = eos
+    if pooler_type == "last_token" and tokenizer(PROBE_SENTENCE)["input_ids"][-1] != tokenizer.eos_token_id:
+        append_end_of_sequence(tokenizer, name)
+    return tokenizer
+
+
+def append_end_of_sequence(tokenizer, name: str) -> None:
+    """Set ``tokenizer``'s post-processor to its own special tokens before a sentence, then the end-of-sequence token
+    after it (and after each of a pair), keeping what it added before."""
+    from tokenizers.processors import TemplateProcessing
+
+    plain = tokenizer(PROBE_SENTENCE, add_special_tokens=False)["input_ids"]
+    full = tokenizer(PROBE_SENTENCE)["input_ids"]
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or full[len(full) - len(plain):] != plain:
+        raise DataError(f"{name}: cannot append the end-of-sequence token that last-token pooling reads (its "
+                        "tokenizer is not a fast tokenizer with special tokens before the sentence only); save a "
+                        "tokenizer that appends it, or use --pooler_type avg")
+    prefix = tokenizer.convert_ids_to_tokens(full[: len(full) - len(plain)])
+    eos = tokenizer.eos_token
+    backend.post_processor = TemplateProcessing(
+        single=" ".join([*prefix, "$A", eos]), pair=" ".join([*prefix, "$A", eos, "$B:1", f"{eos}:1"]),
+        special_tokens=sorted({(token, tokenizer.convert_tokens_to_ids(token)) for token in (*prefix, eos)}))
+    logger.info("%s: its tokenizer appends %s to every sentence (last-token pooling reads it)", name, eos)
 
 
 def check_masked_lm(name: str, folder, flag: str, tokenizer, encoder_folder) -> None:
@@ -226,6 +277,14 @@ def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[
                         f"{positions}; pass {flag} {positions - offset} or less")
 
 
+def check_method_backbone(method, backbone_type: Optional[str], name: str) -> None:
+    """Raise [`DataError`][csekit.preflight.DataError] when ``method`` (a registry entry) is given a decoder backbone
+    it cannot train (its ``not_on_decoders`` reason)."""
+    if backbone_type in DECODER_BACKBONES and method is not None and method.not_on_decoders:
+        raise DataError(f"{name}: a decoder ({backbone_type!r}), which {method.title} cannot train: "
+                        f"{method.not_on_decoders}")
+
+
 def check_trainer_model(model, trainer_class: type) -> None:
     """Raise [`DataError`][csekit.preflight.DataError] unless ``model`` is the class ``trainer_class``'s method trains
     (the registry's pairing, [`csekit.methods`][csekit.methods]): another method's model, a method's published
@@ -252,6 +311,8 @@ def check_trainer_model(model, trainer_class: type) -> None:
                 if owner is method else f"{owner.title}'s model, not {method.title}'s")
         raise DataError(f"model: a {kind.__name__} ({what}); {trainer_class.__name__} trains "
                         f"{method.training_model_class.__name__}: {build}")
+    backbone = getattr(getattr(getattr(model, "config", None), "encoder_config", None), "model_type", None)
+    check_method_backbone(method, backbone, "model")
 
 
 # ------------------------------------------------------------------------------------------------ settings
@@ -515,9 +576,10 @@ def check_resume(checkpoint, expected: dict, accept_changes: bool) -> list:
 
 
 __all__ = [
-    "AUXILIARY_CHECKS", "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "PROBE_SENTENCE", "RUN_RECORD", "SUPPORTED_BACKBONES",
-    "TRAIN_DATA", "backbone_config", "backbone_table", "check_backbone", "check_finite", "check_finite_groups",
-    "check_masked_lm", "check_model_inputs", "check_not_an_input", "check_output_dir", "check_output_file",
-    "check_repo_id", "check_report_to", "check_resume", "check_trainer_model", "check_training_arguments",
-    "check_writable", "checkpoint_problem", "find_checkpoint", "is_csekit_model", "load_tokenizer", "read_model_config",
+    "AUXILIARY_CHECKS", "CHECKPOINT_PREFIX", "CHECKPOINT_RECORD", "DECODER_BACKBONES", "PROBE_SENTENCE", "RUN_RECORD",
+    "SUPPORTED_BACKBONES", "TRAIN_DATA", "backbone_config", "backbone_table", "check_backbone", "check_finite",
+    "check_finite_groups", "check_masked_lm", "check_method_backbone", "check_model_inputs", "check_not_an_input",
+    "check_output_dir", "check_output_file", "check_repo_id", "check_report_to", "check_resume",
+    "check_trainer_model", "check_training_arguments", "check_writable", "checkpoint_problem", "find_checkpoint",
+    "is_csekit_model", "load_tokenizer", "read_model_config",
 ]

@@ -11,6 +11,7 @@ try:  # transformers >= 5.21 builds a nested config from its spec
 except ImportError:  # transformers 5.5-5.20: the config builds it (``__post_init__``), as their composite configs do
     SubConfigSpec = None
 
+from .pooler_types import DECODER_BACKBONES, FIRST_TOKEN_POOLERS
 from .pooling import resolve_pooling_layers
 
 
@@ -23,8 +24,9 @@ class SentenceEncoderConfig(PreTrainedConfig):
 
     Args:
         encoder_config: config (or its dict) of the backbone encoder; defaults to a bert-base config.
-        pooler_type: one of ``cls``, ``cls_before_pooler``, ``avg``, ``avg_first_last``, ``avg_top2``, ``layers``
-            (see ``pooling.py``).
+        pooler_type: one of ``cls``, ``cls_before_pooler``, ``avg``, ``avg_first_last``, ``avg_top2``, ``layers``,
+            ``last_token``, ``weighted_avg`` (see ``pooling.py``). A decoder backbone (``DECODER_BACKBONES``) takes
+            any but the first-token poolers ``cls`` and ``cls_before_pooler``.
         pooling_layers: layer indices averaged when ``pooler_type="layers"`` (-1 static token embeddings,
             0 embedding output, i block i).
         max_length: default truncation length for ``encode`` and the folder's sentence-transformers
@@ -102,6 +104,10 @@ class SentenceEncoderConfig(PreTrainedConfig):
 
     def validate_pooling(self):
         resolve_pooling_layers(self.pooler_type, self.pooling_layers, self.encoder_config.num_hidden_layers)
+        family = self.encoder_config.model_type
+        if family in DECODER_BACKBONES and self.pooler_type in FIRST_TOKEN_POOLERS:
+            raise ValueError(f"pooler_type {self.pooler_type!r} reads the first token, which a decoder ({family!r}, "
+                             "causal attention) computes from itself alone; use last_token, weighted_avg or avg")
 
     @property
     def hidden_size(self) -> int:

@@ -15,7 +15,15 @@ Pooler types (names as in SimCSE):
 ``avg_first_last``        masked mean of (layer 1 + last layer) / 2
 ``avg_top2``              masked mean of (second-to-last + last layer) / 2
 ``layers``                masked mean of the mean of ``pooling_layers``
+``last_token``            the last real token of the last layer (a decoder's, after the end-of-sequence token
+                          its tokenizer appends: sentence-transformers' ``lasttoken``)
+``weighted_avg``          mean of the last layer weighted by position, 1 .. n over the real tokens (SGPT,
+                          Muennighoff 2022: a causal token has seen more of the sentence the later it comes;
+                          sentence-transformers' ``weightedmean``)
 ========================  ==========================================================
+
+Left and right padding give the same vectors: the last real token is found from the attention mask, and the
+position weights start at each sentence's first real token.
 
 ``avg_first_last`` uses layer 1 (the first transformer block), as SimCSE's final ``evaluation.py`` and the
 "1+12" setting of the extraction paper do; SimCSE's training-time ``Pooler`` used layer 0 instead.
@@ -44,6 +52,8 @@ def resolve_pooling_layers(pooler_type: str, pooling_layers: Optional[Sequence[i
         "avg": [last],
         "avg_first_last": [1, last],
         "avg_top2": [last - 1, last],
+        "last_token": [last],
+        "weighted_avg": [last],
     }
     if pooler_type != "layers":
         if pooling_layers:
@@ -91,6 +101,14 @@ def masked_mean(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (states * weights).sum(1) / weights.sum(1).clamp(min=torch.finfo(states.dtype).tiny)
 
 
+def last_token(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(batch, hidden)``: each row's state at its last real token (the last 1 of ``attention_mask``), whichever side
+    the padding is on."""
+    positions = torch.arange(1, attention_mask.shape[1] + 1, device=attention_mask.device)
+    last = (attention_mask * positions).argmax(dim=1)
+    return states[torch.arange(states.shape[0], device=states.device), last]
+
+
 def pool(
     pooler_type: str,
     layers: Sequence[int],
@@ -115,7 +133,11 @@ def pool(
     """
     if pooler_type in ("cls", "cls_before_pooler"):
         return hidden_states[layers[-1]][:, 0]
+    if pooler_type == "last_token":
+        return last_token(hidden_states[layers[-1]], attention_mask)
     weights = attention_mask if token_weights is None else attention_mask * token_weights
+    if pooler_type == "weighted_avg":  # positions 1 .. n counted from each sentence's first real token
+        weights = weights * attention_mask.cumsum(dim=1)
     # mean over layers commutes with the masked mean; averaging layers first keeps it one reduction
     return masked_mean(mean_layer_states(layers, hidden_states, static_embeddings), weights)
 

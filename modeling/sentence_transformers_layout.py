@@ -12,7 +12,7 @@ Layout (written by ``save_pretrained`` when the model knows its tokenizer)::
     encoder/                                 sentence-transformers' Transformer module: the backbone's own
         config.json, tokenizer files         config and tokenizer, the same weight file (read with the key
         model.safetensors                    mapping encoder.X -> X), sentence_bert_config.json
-    1_Pooling/config.json                    cls or mean over the last layer
+    1_Pooling/config.json                    cls, mean, lasttoken or weightedmean over the last layer
     2_Dense/, 3_Dense/                       the inference head as Linear + activation modules, when it has one
     modules.json, config_sentence_transformers.json
 
@@ -44,7 +44,8 @@ from .errors import LayoutDisagreement
 ENCODER_FOLDER = "encoder"
 HEAD_WEIGHTS = "model-head.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
+POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean", "last_token": "lasttoken",
+                 "weighted_avg": "weightedmean"}
 # files of the layout at the folder's top level (a folder committed over an older model replaces or removes them)
 TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
 # the oldest sentence-transformers that reads this layout (setup.cfg's lower bound), named as the writing version

@@ -133,7 +133,8 @@ ROWS = [
     Row("csekit evaluate tiny --batch-size 0", "batch size ≤ 0", "csekit evaluate: error: argument --batch-size: must "
         "be an integer >= 1, got '0' (see csekit evaluate --help)"),
     Row("csekit evaluate tiny --pooler mean", "unknown pooler",
-        E + "unknown pooler 'mean'; choose one of cls, cls_before_pooler, avg, avg_first_last, avg_top2, layers"),
+        E + "unknown pooler 'mean'; choose one of cls, cls_before_pooler, avg, avg_first_last, avg_top2, layers, "
+        "last_token, weighted_avg"),
     Row("csekit evaluate tiny --truncate-dim 33", "size over the model's vector size",
         E + "--truncate-dim 33: tiny returns 32-dimensional vectors"),
     Row("csekit evaluate tiny --backend onnx", "not an ONNX export",
@@ -368,11 +369,13 @@ ROWS = [
         E + "damaged-tokenizer: cannot load its tokenizer (KeyError: 'added_tokens'); save the tokenizer with the "
         "model"),
     # backbones: supported or refused
-    Row("csekit train simcse --model_name_or_path gpt2", "decoder-only backbone",
-        E + "gpt2/config.json: model_type 'gpt2' is a decoder-only (causal) model; csekit trains and evaluates the "
-        "encoder families bert, roberta, xlm-roberta, camembert, distilbert, electra, albert, mpnet, deberta-v2, "
-        "modernbert (docs/training.md: Backbones)"),
-    Row("csekit evaluate gpt2", "decoder-only backbone", E + "gpt2/config.json: model_type 'gpt2' is a decoder-only …"),
+    Row("csekit train simcse --model_name_or_path gpt2", "untested decoder family",
+        E + "gpt2/config.json: model_type 'gpt2' is a decoder-only (causal) family csekit has not been tested on; "
+        "csekit trains and evaluates the encoder families bert, roberta, xlm-roberta, camembert, distilbert, electra, "
+        "albert, mpnet, deberta-v2, modernbert and the decoder families qwen2, qwen3, llama, mistral, gemma "
+        "(docs/training.md: Backbones)"),
+    Row("csekit evaluate gpt2", "untested decoder family",
+        E + "gpt2/config.json: model_type 'gpt2' is a decoder-only (causal) family …"),
     Row("csekit extract --models t5", "encoder-decoder backbone",
         E + "t5/config.json: model_type 't5' is an encoder-decoder model; csekit trains and evaluates …"),
     Row("csekit train simcse --model_name_or_path bert-as-decoder", "encoder configured as a decoder",

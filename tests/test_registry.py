@@ -181,7 +181,8 @@ def test_a_capability_is_declared_data_never_a_mode_string():
     import typing
 
     identity = {"name", "paper", "title", "cite", "summary", "config", "model", "trainer", "recipe", "card",
-                "training_model", "test_data"}
+                "training_model", "test_data",
+                "not_on_decoders"}  # a reason said to the user; code reads only whether there is one
     hints = typing.get_type_hints(Method)
     strings = {item.name for item in dataclasses.fields(Method) if str in (hints[item.name],
                                                                             *typing.get_args(hints[item.name]))}

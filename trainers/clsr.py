@@ -36,12 +36,14 @@ from ..modeling.losses import nt_xent_loss
 from ..preflight import (
     CHECKPOINT_PREFIX,
     CHECKPOINT_RECORD,
+    DECODER_BACKBONES,
     RUN_RECORD,
     TRAIN_DATA,
     check_resume,
     check_trainer_model,
     check_training_arguments,
     find_checkpoint,
+    prepare_decoder_tokenizer,
 )
 from .arguments import arguments_record, built_from, flag_settings, setup_record
 from .clsr_data import (
@@ -271,6 +273,11 @@ class CLSRTrainer:
         folder: `held_out_sentences`) is dropped; the backbone's pooled vectors are computed here, once (the recipe
         caches them on disk: ``csekit.trainers.EmbeddingCache``)."""
         check_trainer_model(model, cls)
+        backbone = getattr(getattr(getattr(model, "config", None), "encoder_config", None), "model_type", None)
+        tokenizer = model.known_tokenizer() if backbone in DECODER_BACKBONES else None
+        if tokenizer is not None:  # the frozen decoder's vectors are pooled as the saved folder pools them
+            model.tokenizer = prepare_decoder_tokenizer(tokenizer, backbone, model.config.pooler_type,
+                                                        "model.tokenizer")
         columns = dataset_column_names(train_dataset, "train_dataset")
         if not {"sent0", "sent1"} <= set(columns):
             raise DataError(f"train_dataset: columns {','.join(columns)}, but CLSR trains on positive pairs, "

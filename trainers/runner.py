@@ -28,11 +28,14 @@ from ..methods import Method
 from ..preflight import (
     AUXILIARY_CHECKS,
     TRAIN_DATA,
+    backbone_config,
+    check_method_backbone,
     check_model_inputs,
     check_not_an_input,
     check_resume,
     find_checkpoint,
     load_tokenizer,
+    prepare_decoder_tokenizer,
     read_model_config,
 )
 from .arguments import (
@@ -213,6 +216,10 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
         GeometryEvaluator(data_dir, isoscore_sentences=[])  # the card's figure reads STS-B train: checked now
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
+    backbone_type = backbone_config(read_model_config(model_path)).get("model_type")
+    check_method_backbone(recipe.method, backbone_type, model_args.model_name_or_path)
+    prepare_decoder_tokenizer(tokenizer, backbone_type, getattr(model_args, "pooler_type", None),
+                              model_args.model_name_or_path)
     check_lengths(model_args, model_path, tokenizer, max_seq_length=data_args.max_seq_length)
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
     train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,

@@ -22,6 +22,7 @@ from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
 from ..methods import method_of_trainer
+from ..modeling.configuration_encoder import SentenceEncoderConfig
 from ..modeling.encoding import BatchCache, progress
 from ..modeling.losses import false_negative_mask
 from ..modeling.modeling_encoder import SentenceEncoderForTraining
@@ -33,6 +34,7 @@ from ..preflight import (
     check_trainer_model,
     checkpoint_problem,
     find_checkpoint,
+    prepare_decoder_tokenizer,
 )
 from .arguments import arguments_record, built_from, flag_settings, setup_record
 from .collators import TEXT_IDS, ContrastiveCollator, text_id
@@ -296,6 +298,9 @@ class ContrastiveTrainer(Trainer):
         tokenizer = kwargs.get("processing_class")
         if tokenizer is None and hasattr(model, "known_tokenizer"):
             tokenizer = kwargs["processing_class"] = model.known_tokenizer()
+        if tokenizer is not None and isinstance(getattr(model, "config", None), SentenceEncoderConfig):
+            prepare_decoder_tokenizer(tokenizer, model.config.encoder_config.model_type, model.config.pooler_type,
+                                      "processing_class")
         if tokenizer is not None and getattr(model, "_tokenizer", False) is None:
             model.tokenizer = tokenizer  # saved with the model: its folder loads in sentence-transformers
         dataset = kwargs.get("train_dataset")

@@ -28,11 +28,11 @@ from ..atomic import staged_folder, work_folder, write_json, write_text
 from ..errors import DataError
 from ..loading import resolve_model_path
 from ..modeling import SentenceEncoderPreTrainedModel
+from ..modeling.sentence_transformers_layout import POOLING_MODES
 from ..preflight import check_model_inputs, check_output_dir, load_tokenizer, read_model_config
 
 LAYOUTS = ("auto", "plain", "remote-code")
 ST_MODULE_FILE = Path(__file__).with_name("csekit_st.py")
-PLAIN_POOLING = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
 PROBE_SENTENCES = (
     "A man is playing a guitar.",
     "Two dogs run across a snowy field while their owner watches from the porch.",
@@ -58,7 +58,7 @@ def load_csekit_model(model_dir) -> SentenceEncoderPreTrainedModel:
 
 def plain_layout_possible(model: SentenceEncoderPreTrainedModel) -> bool:
     """Whether inference is backbone -> last-layer [CLS] or mean -> identity head (so ST's own modules suffice)."""
-    if model.config.pooler_type not in PLAIN_POOLING:
+    if model.config.pooler_type not in POOLING_MODES:
         return False
     probe = torch.randn(3, model.config.hidden_size)
     with torch.inference_mode():
@@ -82,7 +82,7 @@ def build_plain(model: SentenceEncoderPreTrainedModel, work_dir: Path):
     model.encoder.save_pretrained(backbone_dir)
     model.tokenizer.save_pretrained(backbone_dir)
     transformer = Transformer(str(backbone_dir), max_seq_length=max_seq_length(model))
-    pooling = Pooling(model.config.hidden_size, pooling_mode=PLAIN_POOLING[model.config.pooler_type])
+    pooling = Pooling(model.config.hidden_size, pooling_mode=POOLING_MODES[model.config.pooler_type])
     return SentenceTransformer(modules=[transformer, pooling], device="cpu")
 
 

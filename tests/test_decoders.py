@@ -1,0 +1,169 @@
+"""Decoder backbones (``csekit.preflight.DECODER_BACKBONES``): every family trains, saves and loads in
+sentence-transformers with csekit's vectors, for each decoder pooler and either padding side.
+
+Oracles: the poolers against a direct reading of their definitions (SGPT's position weights, the last real token)
+written here row by row; the saved folders against ``SentenceTransformer(folder)`` (its own ``lasttoken``,
+``weightedmean`` and ``mean`` Pooling). Each family is a tiny random config with a byte-level BPE tokenizer trained
+by ``tokenizers``, with an end-of-sequence token and no pad token, as decoder checkpoints ship."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
+
+from csekit import cli
+from csekit.errors import DataError
+from csekit.methods import get_method
+from csekit.modeling import SimCSEConfig, SimCSEModel
+from csekit.modeling.pooling import pool
+from csekit.preflight import DECODER_BACKBONES, check_method_backbone, prepare_decoder_tokenizer
+from csekit.trainers import CSETrainingArguments, SimCSETrainer
+
+EOS = "<|endoftext|>"
+SMALL = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+             intermediate_size=64, max_position_embeddings=128, head_dim=16)
+SENTENCES = ["A man is playing a guitar.", "snow", "The red boats of the quiet harbour rest in the evening light."]
+DECODER_POOLERS = ("last_token", "weighted_avg", "avg")
+
+
+def bpe_tokenizer(eos=EOS) -> PreTrainedTokenizerFast:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    text = [f"sentence {i} tells of the {colour} harbour {i * 7}. A man is playing a guitar."
+            for i, colour in enumerate(["red", "old", "quiet", "bright"] * 50)]
+    tokenizer.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=[eos] if eos else [],
+                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=eos)
+
+
+@pytest.fixture(scope="module")
+def decoders_dir(tmp_path_factory):
+    """One saved tiny decoder per family: random weights (seeded), the BPE tokenizer, no pad token."""
+    root = tmp_path_factory.mktemp("decoders")
+    for family in DECODER_BACKBONES:
+        tokenizer = bpe_tokenizer()
+        config = AutoConfig.for_model(family, **SMALL, eos_token_id=tokenizer.eos_token_id,
+                                      bos_token_id=tokenizer.eos_token_id)
+        torch.manual_seed(0)
+        AutoModel.from_config(config).save_pretrained(root / family)
+        tokenizer.save_pretrained(root / family)
+    return root
+
+
+# ------------------------------------------------------------------------------------------------ pooler oracles
+def padded(lengths, left: bool):
+    width = max(lengths)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        if left:
+            mask[row, width - length:] = 1
+        else:
+            mask[row, :length] = 1
+    return mask
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right", "left"])
+def test_decoder_poolers_are_their_definitions_on_either_padding_side(left):
+    torch.manual_seed(0)
+    mask = padded([5, 2, 7, 1], left)
+    states = torch.randn(4, 7, 6, dtype=torch.float64)
+    last = pool("last_token", [2], {2: states}, mask)
+    weighted = pool("weighted_avg", [2], {2: states}, mask)
+    for row in range(4):
+        real = [position for position in range(7) if mask[row, position]]
+        assert torch.equal(last[row], states[row, real[-1]])  # the last real token
+        weights = torch.arange(1, len(real) + 1, dtype=torch.float64)  # SGPT: 1 .. n over the real tokens
+        expected = (states[row, real] * weights[:, None]).sum(0) / weights.sum()
+        assert torch.allclose(weighted[row], expected, atol=1e-12, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------ train, save, load
+def train_two_steps(folder, pooler: str, out, padding_side: str = "right") -> SimCSEModel:
+    model = SimCSEModel.from_encoder(str(folder), pooler_type=pooler)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = padding_side
+    dataset = Dataset.from_dict({"sent0": [f"sentence {i} tells of the harbour {i * 7}" + " very" * (i % 5)
+                                           for i in range(32)]})
+    args = CSETrainingArguments(output_dir=str(out / "run"), per_device_train_batch_size=8, max_steps=2,
+                                save_strategy="no", eval_strategy="no", load_best_model_at_end=False,
+                                report_to="none", use_cpu=True, learning_rate=1e-3)
+    trainer = SimCSETrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.train()
+    trainer.save_model(str(out / "model"))
+    return model
+
+
+@pytest.mark.parametrize("pooler", DECODER_POOLERS)
+@pytest.mark.parametrize("family", sorted(DECODER_BACKBONES))
+def test_a_decoder_trains_and_its_folder_loads_in_sentence_transformers_with_its_vectors(
+        family, pooler, decoders_dir, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    before = {name: value.clone() for name, value in AutoModel.from_pretrained(decoders_dir / family).state_dict()
+              .items()}
+    model = train_two_steps(decoders_dir / family, pooler, tmp_path)
+    trained = model.encoder.state_dict()
+    assert any(not torch.equal(trained[name], before[name]) for name in before)  # the steps moved the decoder
+    expected = model.encode(SENTENCES)
+    loaded = SentenceTransformer(str(tmp_path / "model"), device="cpu")
+    assert np.abs(loaded.encode(SENTENCES) - expected).max() <= 1e-6
+    assert np.abs(AutoModel.from_pretrained(tmp_path / "model").encode(SENTENCES) - expected).max() <= 1e-6
+    pooling = json.loads((tmp_path / "model" / "1_Pooling" / "config.json").read_text())["pooling_mode"]
+    assert pooling == {"last_token": "lasttoken", "weighted_avg": "weightedmean", "avg": "mean"}[pooler]
+    saved = AutoTokenizer.from_pretrained(tmp_path / "model")
+    appends = saved(SENTENCES[0])["input_ids"][-1] == saved.eos_token_id
+    assert appends == (pooler == "last_token")  # the end-of-sequence token the last-token pooler reads
+    model.tokenizer.padding_side = "left"  # the same vectors from left-padded batches
+    assert np.abs(model.encode(SENTENCES) - expected).max() <= 1e-5
+
+
+def test_left_and_right_padded_training_give_the_same_model(decoders_dir, tmp_path):
+    right = train_two_steps(decoders_dir / "qwen3", "last_token", tmp_path / "right", "right")
+    left = train_two_steps(decoders_dir / "qwen3", "last_token", tmp_path / "left", "left")
+    for name, value in right.state_dict().items():
+        assert torch.allclose(value, left.state_dict()[name], atol=1e-5, rtol=0), name
+
+
+def test_the_command_line_trains_a_decoder_with_last_token_pooling(decoders_dir, corpus, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    out = tmp_path / "out"
+    assert cli.main(["train", "simcse", "--model_name_or_path", str(decoders_dir / "qwen3"), "--pooler_type",
+                     "last_token", "--train_file", str(corpus), "--output_dir", str(out),
+                     "--per_device_train_batch_size", "8", "--max_steps", "2", "--save_strategy", "no",
+                     "--eval_strategy", "no", "--load_best_model_at_end", "false", "--max_seq_length", "16",
+                     "--do_test_eval", "false"]) == 0
+    expected = AutoModel.from_pretrained(out).encode(SENTENCES)
+    assert np.abs(SentenceTransformer(str(out), device="cpu").encode(SENTENCES) - expected).max() <= 1e-6
+
+
+# ------------------------------------------------------------------------------------------------ refused, one line
+def test_a_first_token_pooler_on_a_decoder_is_refused(decoders_dir):
+    config = AutoConfig.from_pretrained(decoders_dir / "llama").to_dict()
+    with pytest.raises(Exception, match="pooler_type 'cls' reads the first token, which a decoder .'llama', causal"):
+        SimCSEConfig(encoder_config=config, pooler_type="cls")
+
+
+def test_a_decoder_without_an_end_of_sequence_token_is_refused_for_last_token_pooling():
+    tokenizer = bpe_tokenizer(eos=None)
+    with pytest.raises(DataError, match="its tokenizer has no end-of-sequence token, which last-token pooling reads"):
+        prepare_decoder_tokenizer(tokenizer, "qwen2", "last_token", "tiny")
+    encoder = bpe_tokenizer()
+    assert prepare_decoder_tokenizer(encoder, "bert", "last_token", "tiny")("a")["input_ids"][-1] != 0  # encoders
+
+
+@pytest.mark.parametrize("method", ["cmlm_cse", "diffcse"])
+def test_methods_that_need_a_masked_language_model_refuse_a_decoder(method, decoders_dir, corpus, tmp_path, capsys):
+    with pytest.raises(DataError, match=f"a decoder .'mistral'., which {get_method(method).title} cannot train"):
+        check_method_backbone(get_method(method), "mistral", "mistral")
+    check_method_backbone(get_method("simcse"), "mistral", "mistral")  # SimCSE can
+    out = tmp_path / "out"
+    code = cli.main(["train", method, "--model_name_or_path", str(decoders_dir / "mistral"), "--pooler_type", "avg",
+                     "--train_file", str(corpus), "--output_dir", str(out), "--max_steps", "1"])
+    assert code == 2 and not out.exists()
+    assert f"which {get_method(method).title} cannot train" in capsys.readouterr().err
