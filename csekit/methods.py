@@ -88,6 +88,8 @@ class Method:
         test_data: what its test runs train on: ``"sentences"`` (a .txt) or ``"pairs"`` (a sent0,sent1 .csv).
         not_on_decoders: why it cannot train a decoder backbone (``DECODER_BACKBONES``: Qwen, Llama, ...), said in
             the one line that refuses one; empty where it can.
+        no_lora: why its training cannot be LoRA adapters on the backbone (``--lora_r``, ``peft_config``:
+            ``trainers/lora.py``), said in the one line that refuses them; empty where it trains them.
     """
 
     name: str
@@ -114,6 +116,7 @@ class Method:
     test_flags: tuple = ()
     test_data: str = "sentences"
     not_on_decoders: str = ""
+    no_lora: str = ""
 
     @property
     def config_class(self) -> type:
@@ -234,13 +237,14 @@ def flag_table() -> str:
         return "yes" if value else "no"
 
     lines = ["| method | `--matryoshka_dims` | `--mini_batch_size`, `--mini_batch_tokens` | packed batches "
-             "(`--padding_free`) | `--bf16`, `--fp16` | N processes (`accelerate launch`) |",
-             "|---|---|---|---|---|---|"]
+             "(`--padding_free`) | `--bf16`, `--fp16` | decoder backbones | `--lora_r` | N processes (`accelerate "
+             "launch`) |", "|---|---|---|---|---|---|---|---|"]
     for method in METHODS.values():
         processes = ("train what one process trains with the whole batch" if method.one_process is not None else
                      "each process normalises its own batch, as the authors' code under DDP")
         lines.append(f"| {method.title} | {mark(_takes_matryoshka(method))} | {mark(method.gradient_caching)} | "
-                     f"{mark(method.packing)} | {mark(method.mixed_precision)} | {processes} |")
+                     f"{mark(method.packing)} | {mark(method.mixed_precision)} | {mark(not method.not_on_decoders)} | "
+                     f"{mark(not method.no_lora)} | {processes} |")
     return "\n".join(lines)
 
 
@@ -316,6 +320,8 @@ register(Method(
     test_flags=("--pooler_type", "cls", "--extractor_layers", "1", "--fusion_layers", "1", "--mlm_weight", "0.5"),
     not_on_decoders="its conditional MLM predicts masked tokens from both sides, which needs a masked language "
                     "model (BERT, RoBERTa, ...)",
+    no_lora="freezes part of the encoder as its auxiliary network's extractor and trains the rest whole, a split "
+            "that adapters on every layer would change",
 ))
 register(Method(
     name="esimcse",
@@ -340,6 +346,7 @@ register(Method(
         "hard_negative_weight": "it weights hard negatives, and ESimCSE trains on one text column"},
     # a queue of 2 batches of the tests' 8 sentences: full from the third step on
     test_flags=("--pooler_type", "cls", "--queue_size", "16"),
+    no_lora="keeps a momentum copy of the whole encoder, which adapters on the encoder alone would not follow",
 ))
 register(Method(
     name="diffcse",
@@ -369,6 +376,8 @@ register(Method(
     test_flags=("--pooler_type", "cls", "--generator_name_or_path", "{masked_lm}"),
     not_on_decoders="its replaced-token detection reads every token in both directions and its generator is a "
                     "masked language model; use an encoder (BERT, RoBERTa, ...)",
+    no_lora="trains a generator and a discriminator beside the encoder, which adapters on the encoder alone would "
+            "leave out",
 ))
 register(Method(
     name="clsr",
@@ -388,6 +397,7 @@ register(Method(
     test_flags=("--num_train_epochs", "3", "--per_device_train_batch_size", "16", "--warmup_epochs", "1",
                 "--eval_epochs", "1", "--save_epochs", "1"),
     test_data="pairs",
+    no_lora="trains a head over a frozen encoder's cached vectors, so no backbone weight trains",
 ))
 
 __all__ = ["METHODS", "Method", "OneProcess", "classes_in", "flag_table", "get_method", "load_object",

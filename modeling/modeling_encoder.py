@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput
 from transformers.utils import logging as transformers_logging
 
+from .adapters import merged_state_dict
 from .configuration_encoder import SentenceEncoderConfig
 from .encoding import BatchCache, encode_sentences
 from .errors import LayoutDisagreement
@@ -236,7 +237,12 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
 
     def write_folder(self, folder, tokenizer, *args, **kwargs) -> None:
         """transformers' files, and with a ``tokenizer`` its files and the sentence-transformers files, into
-        ``folder`` (for a final save, the staging folder ``save_pretrained`` commits)."""
+        ``folder`` (for a final save, the staging folder ``save_pretrained`` commits). A model trained with LoRA is
+        saved merged (`merged_state_dict`: the backbone's own names, no adapter tensors), so the folder is the plain
+        model it encodes as; a checkpoint keeps its adapters for the resume."""
+        merged = None if self.saving_checkpoint else merged_state_dict(self, kwargs.get("state_dict"))
+        if merged is not None:
+            kwargs["state_dict"] = merged
         super().save_pretrained(folder, *args, **kwargs)
         if tokenizer is not None and kwargs.get("is_main_process", True):
             tokenizer.save_pretrained(folder)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from transformers import BertModel, TrainingArguments
+from transformers import AutoConfig, AutoModel, BertModel, TrainingArguments
 
 from conftest import REPO_ROOT, masked_lm_beside, tiny_bert_config
 from csekit.errors import DataError
@@ -21,6 +21,7 @@ from csekit.methods import METHODS
 from csekit.paper_configs import paper_configs
 from csekit.trainers import ContrastiveTrainer
 from fake_hub import build_hub_cache
+from test_decoders import SMALL, bpe_tokenizer
 
 PAGE = REPO_ROOT / "docs" / "python.md"
 SENTENCE = "A man is playing a guitar."
@@ -80,6 +81,12 @@ def hub_cache(tmp_path_factory, tokenizer) -> Path:
     cache = root / "hub"
     build_hub_cache(cache, "bert-base-uncased", backbone)
     build_hub_cache(cache, "distilbert-base-uncased", masked_lm_beside(backbone))
+    decoder = root / "qwen3"  # the decoder snippet's Qwen3: tiny, random, a byte-level BPE with no pad token
+    decoder_tokenizer = bpe_tokenizer()
+    AutoModel.from_config(AutoConfig.for_model("qwen3", **SMALL, eos_token_id=decoder_tokenizer.eos_token_id)
+                          ).save_pretrained(decoder)
+    decoder_tokenizer.save_pretrained(decoder)
+    build_hub_cache(cache, "Qwen/Qwen3-0.6B", decoder)
     return cache
 
 

@@ -182,7 +182,7 @@ def test_a_capability_is_declared_data_never_a_mode_string():
 
     identity = {"name", "paper", "title", "cite", "summary", "config", "model", "trainer", "recipe", "card",
                 "training_model", "test_data",
-                "not_on_decoders"}  # a reason said to the user; code reads only whether there is one
+                "not_on_decoders", "no_lora"}  # reasons said to the user; code reads only whether there is one
     hints = typing.get_type_hints(Method)
     strings = {item.name for item in dataclasses.fields(Method) if str in (hints[item.name],
                                                                             *typing.get_args(hints[item.name]))}
@@ -202,7 +202,8 @@ def test_the_method_tables_are_the_registrys():
 def test_which_method_takes_each_shared_flag_is_rendered_from_the_registry():
     """docs/training.md's flag table and docs/own-data.md's data columns are placeholders the docs build fills from
     the registry (docs/hooks.py); the table's cells are each method's: Matryoshka where its recipe has the flag,
-    gradient caching, packing and mixed precision from its capabilities, N processes from ``one_process``."""
+    gradient caching, packing, mixed precision, decoders and LoRA from its capabilities, N processes from
+    ``one_process``."""
     import dataclasses
 
     from csekit.methods import flag_table, titles_taking
@@ -218,10 +219,11 @@ def test_which_method_takes_each_shared_flag_is_rendered_from_the_registry():
     for method in METHODS.values():
         recipe_flags = ({field.name for field in dataclasses.fields(model_arguments(method.config_class))}
                         if method.name != "clsr" else set(vars(method.recipe_module.RECIPE.argument_types()[0])))
-        matryoshka, caching, packing, precision, processes = rows[method.title]
+        matryoshka, caching, packing, precision, decoders, lora, processes = rows[method.title]
         assert matryoshka == ("yes" if "matryoshka_dims" in recipe_flags else "no"), method.name
-        assert (caching, packing, precision) == tuple("yes" if value else "no" for value in (
-            method.gradient_caching, method.packing, method.mixed_precision)), method.name
+        assert (caching, packing, precision, decoders, lora) == tuple("yes" if value else "no" for value in (
+            method.gradient_caching, method.packing, method.mixed_precision, not method.not_on_decoders,
+            not method.no_lora)), method.name
         assert processes.startswith("train what one process") == (method.one_process is not None), method.name
     assert titles_taking(("sent0", "sent1", "hard_neg")) == "SimCSE"
 

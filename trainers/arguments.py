@@ -132,7 +132,7 @@ def resolve_recipe_config(name: str) -> Optional[Path]:
 # sizes and lengths, in whichever recipe has them: below 1 they are never meant (a length of 0 would silently mean
 # "no truncation", a batch of 0 fail after the data and model are loaded)
 POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch_size", "max_train_samples",
-                  "mini_batch_size", "mini_batch_tokens")
+                  "mini_batch_size", "mini_batch_tokens", "lora_r")
 
 
 @dataclass
@@ -212,6 +212,17 @@ class CSETrainingArguments(TrainingArguments):
         "help": "'mask': leave out of each anchor's negatives the in-batch candidates whose text is its own or its "
                 "positive's (logged as masked_pairs per step); 'keep' is the paper's loss.",
         "choices": ["keep", "mask"]})
+    lora_r: Optional[int] = field(default=None, metadata={
+        "help": "Train low-rank adapters of this rank (LoRA, through peft: pip install 'csekit[peft]') instead of the "
+                "backbone: its weights stay as loaded, the adapters and the method's head train, checkpoints hold the "
+                "adapters and the published folder the merged weights. Unset: the whole model trains."})
+    lora_alpha: Optional[float] = field(default=None, metadata={
+        "help": "LoRA's scaling: each update is alpha / r x B A. Default: 2 x --lora_r (LLM2Vec's setting)."})
+    lora_dropout: float = field(default=0.05, metadata={
+        "help": "Dropout on each adapter's input (LLM2Vec's 0.05)."})
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"], metadata={
+        "help": "The layers that get adapters, by name (q_proj v_proj ...), or all-linear: every linear layer of the "
+                "backbone (on a decoder the q, k, v, o, gate, up and down projections, as LLM2Vec)."})
     keep_checkpoints: bool = field(default=False, metadata={
         "help": "Keep the checkpoint-N folders (optimizer state, for resuming) after the run; by default they are "
                 "removed once the final model, its scores and card are in --output_dir."})
@@ -240,7 +251,8 @@ COMMON_TRAINING_FLAGS = (
     "gradient_checkpointing", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "load_best_model_at_end", "metric_for_best_model", "logging_steps", "report_to", "resume_from_checkpoint",
     "resume_accept_changes", "keep_checkpoints", "mini_batch_size", "mini_batch_tokens", "duplicate_negatives",
-    "push_to_hub", "hub_model_id", "dataloader_num_workers",
+    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "push_to_hub", "hub_model_id",
+    "dataloader_num_workers",
 )
 HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults)", "data": "data and evaluation",
                "training": "training (the common flags; --help-all lists every one)"}

@@ -49,6 +49,7 @@ from .arguments import (
 )
 from .collators import enable_padding_free
 from .data import check_train_dataset, data_fingerprint, load_training_dataset
+from .lora import check_lora_method
 from .output_dir import RunFolder
 from .trainer import check_contrastable, require_finite_weights
 
@@ -218,6 +219,7 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
     tokenizer = load_tokenizer(model_args.model_name_or_path, model_path)
     backbone_type = backbone_config(read_model_config(model_path)).get("model_type")
     check_method_backbone(recipe.method, backbone_type, model_args.model_name_or_path)
+    check_lora_method(recipe.method, training_args)
     prepare_decoder_tokenizer(tokenizer, backbone_type, getattr(model_args, "pooler_type", None),
                               model_args.model_name_or_path)
     check_lengths(model_args, model_path, tokenizer, max_seq_length=data_args.max_seq_length)

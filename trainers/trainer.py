@@ -40,6 +40,7 @@ from .arguments import arguments_record, built_from, flag_settings, setup_record
 from .collators import TEXT_IDS, ContrastiveCollator, text_id
 from .data import check_rows, check_train_dataset, data_fingerprint, method_columns
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
+from .lora import apply_lora, check_lora_method, lora_config, lora_settings
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -48,15 +49,17 @@ TRAINER_STATE = "trainer_state.json"
 CACHING_DISTRIBUTED_TYPES = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
 
 
-def run_record(model, args, data: Optional[str] = None) -> dict:
+def run_record(model, args, data: Optional[str] = None, peft_config=None) -> dict:
     """The setup a resume from a run's checkpoints must match
     ([`csekit.preflight.check_resume`][csekit.preflight.check_resume]) when the
     recipe gave the trainer none: the method (its config's ``model_type``), the processes, every training argument,
-    every method setting of the model's config ([`setup_record`][csekit.trainers.arguments.setup_record]) and the
+    every method setting of the model's config ([`setup_record`][csekit.trainers.arguments.setup_record]), the
+    adapters' settings of a ``peft_config`` ([`lora_settings`][csekit.trainers.lora.lora_settings]) and the
     training data's identity ``data`` ([`data_identity`][csekit.trainers.trainer.data_identity]), as the recipe's
     record holds them."""
+    lora = {"peft_config": lora_settings(peft_config)} if peft_config is not None else {}
     record = setup_record(model.config.model_type, args.world_size, training_args=args,
-                          model_args=flag_settings(model.config))
+                          model_args=flag_settings(model.config), **({"lora": lora} if lora else {}))
     return {**record, TRAIN_DATA: data} if data is not None else record
 
 
@@ -187,6 +190,9 @@ class ContrastiveTrainer(Trainer):
     gradient-cached step
     ([`gradient_cache`][csekit.trainers.gradient_cache]): the same loss and gradients, with one chunk's activations in
     memory at a time.
+
+    With ``peft_config=LoraConfig(...)`` (as trl's trainers take it) or ``args.lora_r``, LoRA adapters train in place
+    of the backbone's weights ([`add_adapters`][csekit.trainers.trainer.ContrastiveTrainer.add_adapters]).
     """
 
     # our losses are per-batch means: let Trainer divide by the accumulation steps
@@ -201,6 +207,7 @@ class ContrastiveTrainer(Trainer):
         *rest,
         sts_evaluator: Optional[STSEvaluator] = None,
         eval_batch_size: int = 128,
+        peft_config=None,
         **kwargs,
     ):
         if args is not None and args.push_to_hub:
@@ -211,6 +218,7 @@ class ContrastiveTrainer(Trainer):
                 "call trainer.push_to_hub() once eval_results.json is written (the recipes' --push_to_hub does this)"
             )
         check_trainer_model(model, type(self))
+        self.peft_config = self.add_adapters(model, args, peft_config)
         self.base_model = built_from(model)  # for the run's training_args.json (model_name_or_path)
         if sts_evaluator is not None and not isinstance(sts_evaluator, STSEvaluator):
             raise DataError(f"sts_evaluator: a {type(sts_evaluator).__module__}.{type(sts_evaluator).__name__}; csekit "
@@ -252,6 +260,18 @@ class ContrastiveTrainer(Trainer):
                                                                                       "text_ids", False):
             raise DataError("--duplicate_negatives mask needs the texts' identities in each batch: a collator with "
                             "text_ids=True (ContrastiveCollator)")
+
+    @classmethod
+    def add_adapters(cls, model, args, peft_config=None):
+        """LoRA adapters in ``model``'s encoder ([`apply_lora`][csekit.trainers.lora.apply_lora]) when ``args`` has
+        ``--lora_r`` or the caller gave a ``peft_config``, where the method trains them
+        ([`check_lora_method`][csekit.trainers.lora.check_lora_method]). Returns the ``LoraConfig`` (``None``: the
+        whole model trains)."""
+        check_lora_method(method_of_trainer(cls), args, peft_config)
+        config = lora_config(args, peft_config)
+        if config is not None and model is not None:
+            apply_lora(model, config, args)
+        return config
 
     @classmethod
     def default_collator(cls, tokenizer, model, max_length: int = 32, padding_free: bool = False):
@@ -691,13 +711,14 @@ class ContrastiveTrainer(Trainer):
         data = {"train_dataset": self.data_identity, "train_examples": len(dataset) if hasattr(dataset, "__len__")
                 else None, "max_seq_length": getattr(collator, "max_length", None),
                 "padding_free": getattr(collator, "padding_free", None)}
+        lora = {"peft_config": lora_settings(self.peft_config)} if self.peft_config is not None else {}
         return arguments_record(model_args={"model_name_or_path": self.base_model,
                                             **flag_settings(self.unwrapped().config)}, data_args=data,
-                                training_args=self.args)
+                                training_args=self.args, **({"lora": lora} if lora else {}))
 
     def run_record(self) -> dict:
         return self.setup_record or run_record(self.accelerator.unwrap_model(self.model), self.args,
-                                               self.data_identity)
+                                               self.data_identity, self.peft_config)
 
     def push_to_hub(
         self, commit_message: str = "End of training", private: Optional[bool] = None, token: Optional[str] = None
