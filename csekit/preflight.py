@@ -277,6 +277,17 @@ def check_model_inputs(name: str, config: dict, tokenizer, max_length: Optional[
                         f"{positions}; pass {flag} {positions - offset} or less")
 
 
+def check_prompt_room(prompt: str, tokenizer, max_length: Optional[int], flag: str) -> None:
+    """A ``prompt`` leaves room for a word of the sentence within ``max_length`` tokens (``flag`` sets the length):
+    otherwise truncation would cut every sentence away and each would encode as the prompt alone."""
+    if not prompt or not max_length:
+        return
+    tokens = len(tokenizer(prompt + PROBE_SENTENCE.split()[0])["input_ids"]) - 1  # the prompt and special tokens
+    if tokens >= max_length:
+        raise DataError(f"prompt {prompt!r}: {tokens} tokens with the special ones, which leaves no room for the "
+                        f"sentence at {flag} {max_length}; shorten the prompt or raise {flag}")
+
+
 def check_method_backbone(method, backbone_type: Optional[str], name: str) -> None:
     """Raise [`DataError`][csekit.preflight.DataError] when ``method`` (a registry entry) is given a decoder backbone
     it cannot train (its ``not_on_decoders`` reason)."""

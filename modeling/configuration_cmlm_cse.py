@@ -59,6 +59,8 @@ class CMLMCSEConfig(SimCSEConfig):
     """
 
     model_type = "csekit-cmlm-cse"
+    fields_without_flags = ("prompt",)
+    prompt_refused = "CMLM-CSE masks tokens of the tokenized sentence, which would mask the prompt's too"
 
     extractor_layers: int | None = None
     fusion_layers: int | None = None

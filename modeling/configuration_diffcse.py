@@ -31,7 +31,9 @@ class DiffCSEConfig(SimCSEConfig):
     """
 
     model_type = "csekit-diffcse"
-    fields_without_flags = ("generator_config",)  # recorded from the generator, never set by hand
+    # generator_config: recorded from the generator, never set by hand; prompt: refused (prompt_refused)
+    fields_without_flags = ("generator_config", "prompt")
+    prompt_refused = "DiffCSE replaces tokens of the tokenized sentence, which would replace the prompt's too"
     # further models, each field with the kind of model the method needs (csekit/preflight.py AUXILIARY_CHECKS):
     # checked before any work, as --model_name_or_path is
     model_path_fields = {"generator_name_or_path": "masked-lm"}

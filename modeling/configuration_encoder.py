@@ -13,6 +13,7 @@ except ImportError:  # transformers 5.5-5.20: the config builds it (``__post_ini
 
 from .pooler_types import DECODER_BACKBONES, FIRST_TOKEN_POOLERS
 from .pooling import resolve_pooling_layers
+from .prompts import default_prompt
 
 
 @strict
@@ -39,6 +40,10 @@ class SentenceEncoderConfig(PreTrainedConfig):
         matryoshka_dims: Matryoshka sizes (Kusupati et al., 2022): the contrastive term is also applied to the
             first d coordinates of the vectors, for each d below their size; ``None``: off (the papers' setting).
         matryoshka_weights: each size's weight (the full size weighs 1); ``None``: 1 each, as MRL.
+        prompt: an instruction prepended to every text, in training, evaluation and ``encode`` (``"query: "``, as
+            e5 and Qwen3-Embedding prompt), and written as the folder's default sentence-transformers prompt, whose
+            tokens are pooled with the sentence's (``include_prompt``). ``None``: the default prompt of the
+            sentence-transformers folder the model was trained from, if it has one, else none.
     """
 
     model_type = "csekit-encoder"
@@ -54,6 +59,7 @@ class SentenceEncoderConfig(PreTrainedConfig):
     sentence_transformers_settings: dict | None = None
     matryoshka_dims: list[int] | None = None
     matryoshka_weights: list[float] | None = None
+    prompt: str | None = None
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None and not isinstance(self.encoder_config, PreTrainedConfig):
@@ -108,6 +114,21 @@ class SentenceEncoderConfig(PreTrainedConfig):
         if family in DECODER_BACKBONES and self.pooler_type in FIRST_TOKEN_POOLERS:
             raise ValueError(f"pooler_type {self.pooler_type!r} reads the first token, which a decoder ({family!r}, "
                              "causal attention) computes from itself alone; use last_token, weighted_avg or avg")
+
+    # why a method cannot train with a prompt (its collator edits the tokenized sentence), ``""`` where it can
+    prompt_refused = ""
+
+    def validate_prompt(self):
+        if self.prompt is not None and self.prompt_refused:
+            raise ValueError(f"prompt {self.prompt!r}: {self.prompt_refused}; train without a prompt")
+        if self.prompt is not None and not self.prompt.strip():
+            raise ValueError(f"prompt must hold words, got {self.prompt!r}; leave it unset for no prompt")
+
+    @property
+    def default_prompt(self) -> str:
+        """The text prepended to every sentence: ``prompt``, else the default prompt of the sentence-transformers
+        folder the model was trained from, else ``""``."""
+        return default_prompt(self.prompt, self.sentence_transformers_settings)
 
     @property
     def hidden_size(self) -> int:

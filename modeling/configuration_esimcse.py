@@ -39,6 +39,8 @@ class ESimCSEConfig(SimCSEConfig):
     """
 
     model_type = "csekit-esimcse"
+    fields_without_flags = ("prompt",)
+    prompt_refused = "ESimCSE repeats tokens of the tokenized sentence, which would repeat the prompt's too"
 
     dup_rate: float = 0.32
     repetition_unit: str = "subword"

@@ -27,6 +27,7 @@ from .packing import (
 )
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
 from .sentence_transformers_layout import (
+    PROMPT_NAME,
     inherited_settings,
     layout_disagreement,
     weights_with_dense_head,
@@ -501,6 +502,13 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def tokenizer(self, tokenizer):
         self._tokenizer = tokenizer
 
+    def prompts(self) -> dict:
+        """``{name: text}``: the prompts the folder's sentence-transformers files name (its ``prompts``), the
+        model's own ``prompt`` under ``PROMPT_NAME`` (``"default"``)."""
+        settings = self.config.sentence_transformers_settings or {}
+        own = {} if self.config.prompt is None else {PROMPT_NAME: self.config.prompt}
+        return {**(settings.get("prompts") or {}), **own}
+
     def encode_with(
         self,
         embed_batch: Callable[[dict], torch.Tensor],
@@ -510,18 +518,23 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         show_progress_bar: Optional[bool] = None,
         desc: Optional[str] = None,
         cache: Optional[BatchCache] = None,
+        prompt: Optional[str] = None,
     ) -> torch.Tensor:
         """Run ``embed_batch`` (tokenized batch -> ``(batch, d)``) over ``sentences`` in eval mode, in length-sorted
-        batches; returns ``(len(sentences), d)`` float32 on CPU in the input order. ``cache``: keeps the tokenized
-        batches for the next call with the same sentences
+        batches; returns ``(len(sentences), d)`` float32 on CPU in the input order. Each sentence is preceded by
+        ``prompt`` (default: the model's, ``config.default_prompt``; ``""``: none), as sentence-transformers prepends
+        a prompt. ``cache``: keeps the tokenized batches for the next call with the same sentences
         ([`BatchCache`][csekit.modeling.encoding.BatchCache])."""
+        if isinstance(sentences, str):
+            raise TypeError("encode expects a list of sentences, not a single string")
+        prompt = self.config.default_prompt if prompt is None else prompt
         was_training = self.training
         self.eval()
         try:
             return encode_sentences(
                 embed_batch,
                 self.tokenizer,
-                sentences,
+                [prompt + sentence for sentence in sentences] if prompt else sentences,
                 batch_size=batch_size,
                 max_length=max_length or self.config.max_length,
                 device=self.device,
@@ -541,16 +554,26 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         convert_to_numpy: bool = True,
         show_progress_bar: Optional[bool] = None,
         truncate_dim: Optional[int] = None,
+        prompt: Optional[str] = None,
+        prompt_name: Optional[str] = None,
     ):
         """Sentence embeddings for a list of texts, in inference mode (no dropout, no training-only head).
 
         Returns ``(len(sentences), hidden)`` as a numpy array (or a CPU float32 tensor with
         ``convert_to_numpy=False``); ``truncate_dim`` keeps the first ``d`` coordinates (a Matryoshka size,
         ``config.matryoshka_dims``), as sentence-transformers' ``truncate_dim`` does; ``normalize`` then scales each
-        row to unit length.
+        row to unit length. ``prompt`` (a text) or ``prompt_name`` (one of the folder's sentence-transformers
+        prompts) precedes every sentence, as in sentence-transformers' ``encode``; by default the model's own prompt
+        (``config.default_prompt``), ``prompt=""`` for none.
         """
+        if prompt is None and prompt_name is not None:
+            prompts = self.prompts()
+            if prompt_name not in prompts:
+                raise ValueError(f"prompt_name {prompt_name!r}: the model's prompts are {sorted(prompts) or 'none'}")
+            prompt = prompts[prompt_name]
         vectors = self.encode_with(
-            lambda batch: self(**batch).embeddings, sentences, batch_size, max_length, show_progress_bar
+            lambda batch: self(**batch).embeddings, sentences, batch_size, max_length, show_progress_bar,
+            prompt=prompt,
         )
         if truncate_dim is not None:
             if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or \

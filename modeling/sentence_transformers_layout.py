@@ -46,6 +46,8 @@ HEAD_WEIGHTS = "model-head.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean", "last_token": "lasttoken",
                  "weighted_avg": "weightedmean"}
+# the name of a model's ``prompt`` among the folder's sentence-transformers prompts, its default one
+PROMPT_NAME = "default"
 # files of the layout at the folder's top level (a folder committed over an older model replaces or removes them)
 TOP_LEVEL_FILES = ("modules.json", "config_sentence_transformers.json")
 # the oldest sentence-transformers that reads this layout (setup.cfg's lower bound), named as the writing version
@@ -221,9 +223,12 @@ def layout_json(model, tokenizer) -> dict:
         modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize",
                         "type": ST_MODULES["Normalize"]})
     files["modules.json"] = modules
+    prompts, default = settings.get("prompts", {}), settings.get("default_prompt_name")
+    if model.config.prompt is not None:  # the model's own prompt, which encode and training apply
+        prompts, default = {**prompts, PROMPT_NAME: model.config.prompt}, PROMPT_NAME
     files["config_sentence_transformers.json"] = {
-        "__version__": layout_versions(), "model_type": "SentenceTransformer", "prompts": settings.get("prompts", {}),
-        "default_prompt_name": settings.get("default_prompt_name"),
+        "__version__": layout_versions(), "model_type": "SentenceTransformer", "prompts": prompts,
+        "default_prompt_name": default,
         "similarity_fn_name": settings.get("similarity_fn_name", "cosine")}
     return files
 

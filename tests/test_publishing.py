@@ -315,7 +315,7 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
         "configuration_simcse.py",
         "encoding.py", "errors.py", "eval_results.json", "folder_commit.py", "model-head.safetensors",
         "model.safetensors.index.json", "mteb_model_meta.json",
-        "modeling_encoder.py", "modeling_simcse.py", "packing.py", "pooler_types.py", "pooling.py",
+        "modeling_encoder.py", "modeling_simcse.py", "packing.py", "pooler_types.py", "pooling.py", "prompts.py",
         "sentence_transformers_layout.py",
         "tokenizer.json", "tokenizer_config.json", "training_args.json", "training_curve.png",
         # the sentence-transformers layout; encoder/model.safetensors is also the csekit model's backbone shard

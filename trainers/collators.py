@@ -77,6 +77,9 @@ class ContrastiveCollator:
         pad_to_multiple_of: padded batches are padded to a multiple of it (few shapes for a compiled step).
         text_ids: also return ``text_ids (batch, columns)``, a 63-bit hash of each example's texts (``sent0``,
             ``sent1``, ``hard_neg``) before any augmentation: equal texts, equal ids (``--duplicate_negatives``).
+        prompt: the model's prompt (``config.default_prompt``), prepended to every text when it is tokenized (after
+            any augmentation, which so never touches it), as ``encode`` and sentence-transformers prepend it; the
+            trainer sets it from the model.
     """
 
     tokenizer: object
@@ -87,6 +90,7 @@ class ContrastiveCollator:
     draws: ExampleDraws = field(default_factory=ExampleDraws)
     text_ids: bool = False
     pad_to_multiple_of: Optional[int] = None
+    prompt: str = ""
 
     @property
     def draws_at_random(self) -> bool:
@@ -128,9 +132,12 @@ class ContrastiveCollator:
             key: value.reshape(num_views, batch_size, -1).transpose(0, 1).contiguous() for key, value in tokens.items()
         }
 
+    def prompted(self, texts: list) -> list:
+        return [self.prompt + text for text in texts] if self.prompt else texts
+
     def tokenize(self, texts: list) -> dict:
-        return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
-                              pad_to_multiple_of=self.pad_to_multiple_of)
+        return self.tokenizer(self.prompted(texts), padding=True, truncation=True, max_length=self.max_length,
+                              return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
 
     def pack(self, views: list) -> dict:
         """The views' tokens (truncated at ``max_length``) as one packed row
@@ -145,4 +152,4 @@ class ContrastiveCollator:
         return packed_batch(sequences, num_views, self.pad_to_multiple_of)
 
     def token_ids(self, texts: list) -> list:
-        return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        return self.tokenizer(self.prompted(texts), truncation=True, max_length=self.max_length)["input_ids"]

@@ -32,6 +32,7 @@ from ..preflight import (
     check_method_backbone,
     check_model_inputs,
     check_not_an_input,
+    check_prompt_room,
     check_resume,
     find_checkpoint,
     load_tokenizer,
@@ -223,6 +224,7 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
     prepare_decoder_tokenizer(tokenizer, backbone_type, getattr(model_args, "pooler_type", None),
                               model_args.model_name_or_path)
     check_lengths(model_args, model_path, tokenizer, max_seq_length=data_args.max_seq_length)
+    check_prompt_room(getattr(model_args, "prompt", None), tokenizer, data_args.max_seq_length, "--max_seq_length")
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
     train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
                                           data_args.max_train_samples)

@@ -30,6 +30,7 @@ from ..preflight import (
     RUN_RECORD,
     TRAIN_DATA,
     check_model_inputs,
+    check_prompt_room,
     check_resume,
     check_trainer_model,
     checkpoint_problem,
@@ -246,6 +247,7 @@ class ContrastiveTrainer(Trainer):
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
         self.add_callback(OptimizerStepHook(self))
+        self.use_prompt()
         self.sts_evaluator = sts_evaluator
         self.eval_batch_size = eval_batch_size
         self.eval_batches = BatchCache()  # the dev sentences, tokenized once for every evaluation of the run
@@ -260,6 +262,23 @@ class ContrastiveTrainer(Trainer):
                                                                                       "text_ids", False):
             raise DataError("--duplicate_negatives mask needs the texts' identities in each batch: a collator with "
                             "text_ids=True (ContrastiveCollator)")
+
+    def use_prompt(self) -> None:
+        """The model's prompt (``config.default_prompt``: its ``prompt``, else the default prompt of the
+        sentence-transformers folder it was trained from) is prepended to every training text by the collator, as
+        ``encode``, the evaluation and sentence-transformers prepend it; one line where the method cannot train with
+        one (the config's ``prompt_refused``) or the collator cannot prepend it."""
+        config = getattr(self.unwrapped(), "config", None)
+        prompt = getattr(config, "default_prompt", "")
+        if not prompt:
+            return
+        if config.prompt_refused:
+            raise DataError(f"the model's prompt {prompt!r} (its config's prompt, or the default prompt of the "
+                            f"sentence-transformers folder it was trained from): {config.prompt_refused}")
+        if not hasattr(self.data_collator, "prompt"):
+            raise DataError(f"the model's prompt {prompt!r}: the data collator ({type(self.data_collator).__name__}) "
+                            "cannot prepend it to the training texts; use the method's collator")
+        self.data_collator.prompt = prompt
 
     @classmethod
     def add_adapters(cls, model, args, peft_config=None):
@@ -379,6 +398,8 @@ class ContrastiveTrainer(Trainer):
         if self.processing_class is not None and hasattr(model, "config"):
             check_model_inputs(type(model).__name__, model.config.to_dict(), self.processing_class,
                                getattr(self.data_collator, "max_length", None) or None, "max_length")
+            check_prompt_room(getattr(self.data_collator, "prompt", ""), self.processing_class,
+                              getattr(self.data_collator, "max_length", None), "max_length")
         if self.setup_record is None:
             self.data_identity = data_identity(self.train_dataset)
         if not resume_from_checkpoint:

@@ -262,6 +262,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         backbone=f"{encoder.get('model_type')} ({encoder.get('num_hidden_layers')} layers, hidden "
                  f"{encoder.get('hidden_size')})",
         pooler=config.pooler_type,
+        prompt=config.default_prompt,
         hyperparameters=hyperparameter_rows(config, arguments),
         training_seconds=record.get("wall_seconds"),
         batch=record.get("batch"),

@@ -10,6 +10,7 @@ from typing import Optional
 from ..errors import DataError
 from ..loading import ARGUMENTS_FILE, LOCAL_PATHS, RESULTS_FILE, hub_id_of, local_paths
 from ..methods import method_of_model_type
+from ..modeling.prompts import default_prompt
 from .eval_record import record_problem
 
 
@@ -104,6 +105,7 @@ class FolderConfig:
         self.pooler_type = self.values.get("pooler_type", "cls")
         self.max_length = self.values.get("max_length")
         self.sentence_transformers_settings = self.values.get("sentence_transformers_settings")
+        self.default_prompt = default_prompt(self.values.get("prompt"), self.sentence_transformers_settings)
 
     def method_fields(self) -> dict:
         """The csekit fields (pooling and method settings), without the nested backbone config and the settings a

@@ -185,6 +185,9 @@ def export_onnx(model: str, out_dir, quantize: Optional[str] = None, opset: int 
     if out_dir.exists() and not overwrite:
         raise DataError(f"{out_dir} already exists (pass --overwrite to replace it)")
     st = load_sentence_transformer(str(model))
+    if getattr(st, "default_prompt_name", None):  # sentence-transformers prepends it; the graph sees tokens only
+        raise DataError(f"{model}: its default prompt {st.prompts.get(st.default_prompt_name)!r}, which the ONNX graph "
+                        "(run on tokenized text) cannot prepend; nothing was written")
     max_length = st.max_seq_length
     probe = check_sentences()
     expected = st.encode(probe, convert_to_numpy=True, batch_size=32)
