@@ -167,3 +167,21 @@ def test_methods_that_need_a_masked_language_model_refuse_a_decoder(method, deco
                      "--train_file", str(corpus), "--output_dir", str(out), "--max_steps", "1"])
     assert code == 2 and not out.exists()
     assert f"which {get_method(method).title} cannot train" in capsys.readouterr().err
+
+
+def test_a_plain_decoder_is_scored_as_csekit_pools_it_and_a_first_token_pooler_refused(decoders_dir):
+    """``csekit evaluate`` on a plain decoder folder (and a recipe's base-model row): the pad and end-of-sequence
+    tokens prepared as for training, so the vectors are the untrained csekit model's; no pooler, or a first-token
+    one, is one line."""
+    from csekit.evaluation.encoders import load_embedder
+
+    folder = decoders_dir / "mistral"
+    for pooler in ("last_token", "weighted_avg"):
+        embed, _ = load_embedder(str(folder), pooler=pooler, device="cpu")
+        model = SimCSEModel.from_encoder(str(folder), pooler_type=pooler)
+        model.tokenizer = prepare_decoder_tokenizer(AutoTokenizer.from_pretrained(folder), "mistral", pooler, "x")
+        expected = model.encode(SENTENCES)  # as a trainer prepares it
+        assert np.abs(embed(SENTENCES) - expected).max() <= 1e-6
+    for pooler in (None, "cls"):
+        with pytest.raises(DataError, match="a decoder .'mistral', causal attention.*give --pooler last_token"):
+            load_embedder(str(folder), pooler=pooler, device="cpu")

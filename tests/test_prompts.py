@@ -40,7 +40,9 @@ def test_the_command_line_trains_with_a_prompt_and_sentence_transformers_encodes
              str(corpus), "--per_device_train_batch_size", "8", "--max_steps", "2", "--save_strategy", "no",
              "--eval_strategy", "no", "--load_best_model_at_end", "false", "--max_seq_length", "16",
              "--do_test_eval", "false"]
-    assert cli.main(["train", "simcse", *flags, "--lora_r", "8", "--prompt", PROMPT, "--output_dir", str(out)]) == 0
+    assert cli.main(["train", "simcse", *flags, "--lora_r", "8", "--prompt", PROMPT, "--output_dir", str(out),
+                     "--do_test_eval", "true"]) == 0  # scored and carded with the prompt
+    assert 'prompt `"query: "` before\nevery sentence' in (out / "README.md").read_text()
     model = AutoModel.from_pretrained(out)
     expected = model.encode(SENTENCES)
     assert np.abs(SentenceTransformer(str(out), device="cpu").encode(SENTENCES) - expected).max() <= 1e-6

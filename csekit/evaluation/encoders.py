@@ -11,8 +11,16 @@ from transformers import AutoConfig, AutoModel
 from ..errors import DataError
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
+from ..modeling.pooler_types import DECODER_BACKBONES, FIRST_TOKEN_POOLERS
 from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
-from ..preflight import PROBE_SENTENCE, check_model_inputs, is_csekit_model, load_tokenizer, read_model_config
+from ..preflight import (
+    PROBE_SENTENCE,
+    check_model_inputs,
+    is_csekit_model,
+    load_tokenizer,
+    prepare_decoder_tokenizer,
+    read_model_config,
+)
 from ..st_folder import (
     describe_modules,
     is_st_folder,
@@ -125,6 +133,11 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
                                                                 max_length=max_length))
 
         return embed, info
+    if config.model_type in DECODER_BACKBONES:  # pooled and tokenized as csekit trains a decoder
+        if pooler is None or pooler in FIRST_TOKEN_POOLERS:
+            raise DataError(f"{name_or_path}: a decoder ({config.model_type!r}, causal attention), whose first token "
+                            f"says nothing of the rest; give --pooler last_token, weighted_avg or avg")
+        prepare_decoder_tokenizer(tokenizer, config.model_type, pooler, name_or_path)
     return _load_plain(name_or_path, path, tokenizer, pooler or "cls", max_length, batch_size, device,
                        pooling_layers=pooling_layers)
 
