@@ -58,6 +58,7 @@ from csekit.preflight import (
     check_resume,
     find_checkpoint,
     load_tokenizer,
+    prepare_decoder_tokenizer,
     read_model_config,
 )
 from csekit.recipe_run import commit_run, main_guard
@@ -135,6 +136,9 @@ class CLSRRecipe:
         path = resolve_model_path(args.model_name_or_path, require_weights=not backbone.random_init)
         tokenizer = load_tokenizer(args.model_name_or_path, path)
         encoder_config = read_model_config(path)
+        # a decoder's tokenizer pads and pools as the saved folder's will (its end-of-sequence token)
+        prepare_decoder_tokenizer(tokenizer, backbone_config(encoder_config).get("model_type"), args.pooler_type,
+                                  args.model_name_or_path)
         if not backbone.random_init:
             check_model_inputs(args.model_name_or_path, encoder_config, tokenizer, None, "--max_seq_length")
         check_lengths(args, path, tokenizer)  # the published model's --inference_max_length

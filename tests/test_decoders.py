@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokeniz
 
 from csekit import cli
 from csekit.errors import DataError
-from csekit.methods import get_method
+from csekit.methods import METHODS, get_method
 from csekit.modeling import SimCSEConfig, SimCSEModel
 from csekit.modeling.pooling import pool
 from csekit.preflight import DECODER_BACKBONES, check_method_backbone, prepare_decoder_tokenizer
@@ -185,3 +185,35 @@ def test_a_plain_decoder_is_scored_as_csekit_pools_it_and_a_first_token_pooler_r
     for pooler in (None, "cls"):
         with pytest.raises(DataError, match="a decoder .'mistral', causal attention.*give --pooler last_token"):
             load_embedder(str(folder), pooler=pooler, device="cpu")
+
+
+@pytest.mark.parametrize("method", [method for method in METHODS.values() if not method.not_on_decoders],
+                         ids=lambda method: method.name)
+def test_every_method_that_takes_a_decoder_trains_one_at_both_ends_of_its_folder(method, decoders_dir, corpus,
+                                                                                  tmp_path):
+    """Each method the registry lets train a decoder trains the tiny Qwen3 through its recipe (with LoRA where it
+    takes adapters), and its folder encodes alike through ``AutoModel`` and, where it has the layout,
+    ``SentenceTransformer(folder)``."""
+    from sentence_transformers import SentenceTransformer
+
+    from conftest import recipe_flags
+
+    data = corpus
+    if method.test_data == "pairs":
+        data = tmp_path / "pairs.csv"
+        data.write_text("sent0,sent1\n" + "".join(f"a traveller reads map {i},someone holds map {i}\n"
+                                                  for i in range(64)))
+    flags = ["last_token" if flag == "cls" else flag for flag in recipe_flags(method)]
+    out = tmp_path / "out"
+    argv = ["train", method.name, "--model_name_or_path", str(decoders_dir / "qwen3"), *flags, "--train_file",
+            str(data), "--output_dir", str(out), "--do_test_eval", "false"]
+    if method.name != "clsr":
+        argv += ["--per_device_train_batch_size", "8", "--max_steps", "2", "--save_strategy", "no", "--eval_strategy",
+                 "no", "--load_best_model_at_end", "false", "--max_seq_length", "16"]
+    if not method.no_lora:
+        argv += ["--lora_r", "4"]
+    assert cli.main(argv) == 0
+    vectors = AutoModel.from_pretrained(out).encode(SENTENCES)
+    assert np.isfinite(vectors).all()
+    if (out / "modules.json").is_file():
+        assert np.abs(SentenceTransformer(str(out), device="cpu").encode(SENTENCES) - vectors).max() <= 1e-6
