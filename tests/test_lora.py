@@ -195,3 +195,44 @@ def test_the_command_line_trains_a_decoder_with_lora_and_publishes_it_merged(dec
         refused = tmp_path / method
         assert cli.main(["train", method, *flags, *extra, "--output_dir", str(refused)]) == 2
         assert line in capsys.readouterr().err and not refused.exists()
+
+
+def test_a_lora_step_equals_sentence_transformers_mnrl_with_the_same_adapters(decoders_dir, tmp_path):  # noqa: F811
+    """Oracle: sentence-transformers' own MultipleNegativesRankingLoss (scale 1 / temperature) on its own
+    ``SentenceTransformer`` of the same decoder, with the same adapters added through transformers' peft integration,
+    in float64 and without dropout: unsupervised SimCSE's loss and the adapters' gradients are the same numbers."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+
+    folder = decoders_dir / "qwen3"
+    trainer = trainer_on(folder, arguments(tmp_path / "run", lora_dropout=0.0))
+    model = trainer.model.double()
+    with torch.no_grad():  # adapters away from zero, so their gradients and the merged weights both matter
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.05)
+    sentences = [f"sentence {i} tells of the harbour {i * 7}" + " very" * (i % 3) for i in range(6)]
+    loss = trainer.compute_loss(model.train(), trainer.data_collator([{"sent0": text} for text in sentences]))
+    loss.backward()
+    ours = {name.removeprefix("encoder."): parameter.grad for name, parameter in model.named_parameters()
+            if "lora_" in name}
+
+    # the saved folder gives the oracle its tokenizer and pooling; its (merged) weights are replaced by the base ones
+    model.save_pretrained(tmp_path / "plain")
+    base = SentenceTransformer(str(tmp_path / "plain"), device="cpu").double()
+    transformer = base[0].auto_model
+    transformer.load_state_dict({name.removeprefix("encoder.").replace(".base_layer", ""): value
+                                 for name, value in model.state_dict().items() if "lora_" not in name
+                                 and name.startswith("encoder.")})
+    transformer.add_adapter(trainer.peft_config)
+    transformer.double().load_state_dict({name.removeprefix("encoder."): value
+                                          for name, value in model.state_dict().items()
+                                          if name.startswith("encoder.")})
+    base.train()
+    features = [base.tokenize(sentences), base.tokenize(sentences)]
+    theirs = MultipleNegativesRankingLoss(base, scale=1 / model.config.temperature)(features, None)
+    theirs.backward()
+    assert abs(float(loss) - float(theirs)) <= 1e-10
+    for name, parameter in transformer.named_parameters():
+        if "lora_" in name:
+            assert torch.allclose(parameter.grad, ours[name], atol=1e-10, rtol=1e-8), name
