@@ -50,13 +50,14 @@ def report_errors(call: Callable[[], int]) -> int:
     becomes ``csekit: error: MESSAGE`` on stderr and status 2. With ``CSEKIT_DEBUG=1`` every error propagates."""
     from huggingface_hub.errors import StrictDataclassError
 
-    from .modeling.errors import FolderInUse, LayoutDisagreement
+    from .modeling.errors import FolderInUse, LayoutDisagreement, TokenizerUnfit
 
     if os.environ.get("CSEKIT_DEBUG", "") not in ("", "0"):
         return call()
     try:
         return call()
-    except (DataError, FolderInUse, LayoutDisagreement) as error:  # (a model folder's: csekit.modeling.errors)
+    # (FolderInUse, LayoutDisagreement, TokenizerUnfit: a model folder's, csekit.modeling.errors)
+    except (DataError, FolderInUse, LayoutDisagreement, TokenizerUnfit) as error:
         message = str(error)
     except StrictDataclassError as error:  # a @strict config's validator, e.g. an unknown pooler_type
         message = f"invalid model configuration: {error.__cause__ or error}"

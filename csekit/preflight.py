@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import DataError
+from .modeling.decoder_tokenizer import PROBE_SENTENCE
+from .modeling.decoder_tokenizer import prepare_decoder_tokenizer as prepare_tokenizer
+from .modeling.errors import TokenizerUnfit
 from .modeling.pooler_types import DECODER_BACKBONES
 
 logger = logging.getLogger(__name__)
@@ -51,7 +54,6 @@ SUPPORTED_BACKBONES = {
     "electra": "ELECTRA", "albert": "ALBERT", "mpnet": "MPNet (all-mpnet-base-v2)", "deberta-v2": "DeBERTa-v2/v3",
     "modernbert": "ModernBERT",
 }
-PROBE_SENTENCE = "A man is playing a guitar on the street."
 # files that hold a tokenizer's vocabulary (without one, transformers builds a tokenizer of special tokens only)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model", "spm.model")
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -146,48 +148,14 @@ def load_tokenizer(name: str, folder):
 
 
 def prepare_decoder_tokenizer(tokenizer, backbone_type: Optional[str], pooler_type: Optional[str], name: str):
-    """Make a decoder's (``DECODER_BACKBONES``) ``tokenizer`` ready to train on, in place, as Qwen3-Embedding and
-    e5-mistral use theirs; an encoder's is returned as it is.
-
-    * a pad token when it has none: its end-of-sequence token (pooling reads the attention mask, never the ids, so a
-      padded end-of-sequence token is never taken for the sentence's own);
-    * for ``last_token`` pooling, the end-of-sequence token appended to every sentence, by the tokenizer itself
-      (its post-processor, saved with it): ``SentenceTransformer(folder)`` then pools the same token.
-
-    Raises [`DataError`][csekit.preflight.DataError] when it has no end-of-sequence token to pad with or pool, or
-    when its special tokens cannot be read around a sentence."""
-    if backbone_type not in DECODER_BACKBONES:
-        return tokenizer
-    eos = tokenizer.eos_token
-    if eos is None and (pooler_type == "last_token" or tokenizer.pad_token is None):
-        need = "last-token pooling reads" if pooler_type == "last_token" else "padding needs"
-        raise DataError(f"{name}: its tokenizer has no end-of-sequence token, which {need}; set one "
-                        "(tokenizer.eos_token = '<|endoftext|>', the model's own) and save it with the model")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = eos
-    if pooler_type == "last_token" and tokenizer(PROBE_SENTENCE)["input_ids"][-1] != tokenizer.eos_token_id:
-        append_end_of_sequence(tokenizer, name)
-    return tokenizer
-
-
-def append_end_of_sequence(tokenizer, name: str) -> None:
-    """Set ``tokenizer``'s post-processor to its own special tokens before a sentence, then the end-of-sequence token
-    after it (and after each of a pair), keeping what it added before."""
-    from tokenizers.processors import TemplateProcessing
-
-    plain = tokenizer(PROBE_SENTENCE, add_special_tokens=False)["input_ids"]
-    full = tokenizer(PROBE_SENTENCE)["input_ids"]
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or full[len(full) - len(plain):] != plain:
-        raise DataError(f"{name}: cannot append the end-of-sequence token that last-token pooling reads (its "
-                        "tokenizer is not a fast tokenizer with special tokens before the sentence only); save a "
-                        "tokenizer that appends it, or use --pooler_type avg")
-    prefix = tokenizer.convert_ids_to_tokens(full[: len(full) - len(plain)])
-    eos = tokenizer.eos_token
-    backend.post_processor = TemplateProcessing(
-        single=" ".join([*prefix, "$A", eos]), pair=" ".join([*prefix, "$A", eos, "$B:1", f"{eos}:1"]),
-        special_tokens=sorted({(token, tokenizer.convert_tokens_to_ids(token)) for token in (*prefix, eos)}))
-    logger.info("%s: its tokenizer appends %s to every sentence (last-token pooling reads it)", name, eos)
+    """The model's own preparation of a decoder's tokenizer
+    ([`csekit.modeling.decoder_tokenizer.prepare_decoder_tokenizer`][csekit.modeling.decoder_tokenizer.prepare_decoder_tokenizer]:
+    its end-of-sequence token as pad, and appended for ``last_token``), where what it cannot prepare is a
+    [`DataError`][csekit.preflight.DataError]."""
+    try:
+        return prepare_tokenizer(tokenizer, backbone_type, pooler_type, name)
+    except TokenizerUnfit as error:
+        raise DataError(str(error)) from None
 
 
 def check_masked_lm(name: str, folder, flag: str, tokenizer, encoder_folder) -> None:

@@ -12,4 +12,8 @@ class LayoutDisagreement(ValueError):
     two libraries would give different vectors."""
 
 
-__all__ = ["FolderInUse", "LayoutDisagreement"]
+class TokenizerUnfit(ValueError):
+    """A decoder's tokenizer that cannot pad or be pooled as csekit trains decoders (no end-of-sequence token)."""
+
+
+__all__ = ["FolderInUse", "LayoutDisagreement", "TokenizerUnfit"]

@@ -14,6 +14,7 @@ from transformers.utils import logging as transformers_logging
 
 from .adapters import merged_state_dict
 from .configuration_encoder import SentenceEncoderConfig
+from .decoder_tokenizer import prepare_decoder_tokenizer
 from .encoding import BatchCache, encode_sentences
 from .errors import LayoutDisagreement
 from .folder_commit import ARGUMENTS_FILE, staged_save
@@ -489,13 +490,18 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     # ----------------------------------------------------------------------------------------------- inference API
     @property
     def tokenizer(self):
-        """The tokenizer saved next to the weights, loaded on first use (set it to use another one)."""
+        """The tokenizer saved next to the weights, loaded on first use (set it to use another one); a decoder
+        backbone's is made ready to pad and pool as csekit trains decoders
+        ([`prepare_decoder_tokenizer`][csekit.modeling.decoder_tokenizer.prepare_decoder_tokenizer]), as a trainer
+        makes it: a model built on a decoder's folder encodes before any training too."""
         if self._tokenizer is None:
             # a model built from the folder's own code (trust_remote_code=True: its classes live in transformers'
             # dynamic modules) passes that consent on; AutoTokenizer would otherwise ask again on stdin
             remote = type(self).__module__.startswith("transformers_modules")
-            self._tokenizer = AutoTokenizer.from_pretrained(self.config.name_or_path,
-                                                            **({"trust_remote_code": True} if remote else {}))
+            tokenizer = AutoTokenizer.from_pretrained(self.config.name_or_path,
+                                                      **({"trust_remote_code": True} if remote else {}))
+            self._tokenizer = prepare_decoder_tokenizer(tokenizer, self.config.encoder_config.model_type,
+                                                        self.config.pooler_type, self.config.name_or_path)
         return self._tokenizer
 
     @tokenizer.setter

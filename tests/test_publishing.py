@@ -312,7 +312,7 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
     assert (meta["name"], meta["revision"]) == ("someone/tiny-simcse", "0123abcd")
     assert files == sorted([
         "README.md", "adapters.py", "alignment_uniformity.png", "config.json", "configuration_encoder.py",
-        "configuration_simcse.py",
+        "configuration_simcse.py", "decoder_tokenizer.py",
         "encoding.py", "errors.py", "eval_results.json", "folder_commit.py", "model-head.safetensors",
         "model.safetensors.index.json", "mteb_model_meta.json",
         "modeling_encoder.py", "modeling_simcse.py", "packing.py", "pooler_types.py", "pooling.py", "prompts.py",
