@@ -236,3 +236,20 @@ def test_a_lora_step_equals_sentence_transformers_mnrl_with_the_same_adapters(de
     for name, parameter in transformer.named_parameters():
         if "lora_" in name:
             assert torch.allclose(parameter.grad, ours[name], atol=1e-10, rtol=1e-8), name
+
+
+def test_adapters_train_under_bf16_autocast_over_float32_weights(decoders_dir, tmp_path):  # noqa: F811
+    from sentence_transformers import SentenceTransformer
+
+    trainer = trainer_on(decoders_dir / "qwen3", arguments(tmp_path / "run", bf16=True))
+    before = {name: value.clone() for name, value in trainer.model.state_dict().items()}
+    trainer.train()
+    after = trainer.model.state_dict()
+    assert all(value.dtype == torch.float32 for value in after.values())
+    assert all(torch.equal(after[name], value) == ("lora_" not in name) for name, value in before.items()
+               if name.startswith("encoder."))  # the adapters moved, nothing else of the backbone
+    trainer.save_model(str(tmp_path / "model"))
+    expected = trainer.model.encode(SENTENCES)  # in float32 after training, as the folder loads
+    assert np.abs(SentenceTransformer(str(tmp_path / "model"), device="cpu").encode(SENTENCES) - expected).max() \
+        <= 1e-6
+    assert np.abs(AutoModel.from_pretrained(tmp_path / "model").encode(SENTENCES) - expected).max() <= 1e-6

@@ -63,3 +63,24 @@ def test_under_bf16_the_cosine_similarities_are_float32(tiny_backbone, corpus, t
 def test_fp16_on_cpu_is_refused(tiny_backbone, corpus, tmp_path, monkeypatch):
     with pytest.raises(DataError, match="--fp16 needs a GPU"):
         train_recording("simcse", tiny_backbone, corpus, tmp_path, monkeypatch, "--fp16", "true", "--use_cpu", "true")
+
+
+def test_the_recorded_test_scores_of_a_bf16_run_are_its_published_folders(tiny_backbone, corpus, data_dir, tmp_path):
+    """The card's scores are those of the folder a user downloads: the trained model is scored in float32 as the
+    folder loads, not through the bf16 autocast accelerate wrapped its training forward in."""
+    import json
+
+    from transformers import AutoModel
+
+    from csekit import cli
+    from csekit.evaluation.sts import STS_TASKS, STSEvaluator
+
+    out = tmp_path / "out"
+    assert cli.main(["train", "simcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(corpus),
+                     "--output_dir", str(out), "--per_device_train_batch_size", "8", "--max_steps", "2",
+                     "--save_strategy", "no", "--eval_strategy", "no", "--load_best_model_at_end", "false",
+                     "--max_seq_length", "16", "--bf16", "true", *recipe_flags("simcse", tiny_backbone)]) == 0
+    recorded = json.loads((out / "eval_results.json").read_text())["sts_aggregations"]
+    test = STSEvaluator(data_dir, STS_TASKS, split="test")
+    model = AutoModel.from_pretrained(out)
+    assert test.evaluate(lambda sentences: model.encode(sentences, batch_size=128)) == recorded

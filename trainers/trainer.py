@@ -368,12 +368,17 @@ class ContrastiveTrainer(Trainer):
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         """The Trainer's ``train``, after [`preflight`][csekit.trainers.trainer.ContrastiveTrainer.preflight]: the
         checks ``csekit train`` makes, as the same code, so a Python caller's run is refused in one line where the
-        command line's would be."""
+        command line's would be. Afterwards the model runs without the mixed-precision autocast of its training
+        forward: its scores and ``encode`` are those of its saved folder."""
         resume = self.preflight(resume_from_checkpoint)
         # seeded here as at construction: another trainer or model built since then (its own seed, its draws) must not
         # change this run; a resume restores the checkpoint's random states instead
         enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
-        return super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+        output = super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+        # accelerate wrapped the model's forward in --bf16/--fp16 autocast for training; the trained model encodes in
+        # float32 from here on (its scores, a caller's encode), as its saved folder loads
+        self.accelerator.unwrap_model(self.model, keep_fp32_wrapper=False)
+        return output
 
     def preflight(self, resume_from_checkpoint=None) -> Optional[str]:
         """Check before work, for every door: the training data
