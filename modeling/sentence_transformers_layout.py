@@ -223,11 +223,10 @@ def layout_json(model, tokenizer) -> dict:
         modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize",
                         "type": ST_MODULES["Normalize"]})
     files["modules.json"] = modules
-    prompts, default = settings.get("prompts", {}), settings.get("default_prompt_name")
-    if model.config.prompt is not None:  # the model's own prompt, which encode and training apply
-        prompts, default = {**prompts, PROMPT_NAME: model.config.prompt}, PROMPT_NAME
+    # the model's own prompt, which encode and training apply, is the default one
+    default = PROMPT_NAME if model.config.prompt is not None else settings.get("default_prompt_name")
     files["config_sentence_transformers.json"] = {
-        "__version__": layout_versions(), "model_type": "SentenceTransformer", "prompts": prompts,
+        "__version__": layout_versions(), "model_type": "SentenceTransformer", "prompts": model.prompts(),
         "default_prompt_name": default,
         "similarity_fn_name": settings.get("similarity_fn_name", "cosine")}
     return files

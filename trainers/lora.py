@@ -84,6 +84,12 @@ def lora_settings(config) -> dict:
     return settings
 
 
+def lora_group(config) -> dict:
+    """The argument group a run built with ``config`` (a ``LoraConfig``, or ``None``) adds to its run record and
+    ``training_args.json``: ``{"lora": {"peft_config": settings}}``, or ``{}`` without adapters."""
+    return {} if config is None else {"lora": {"peft_config": lora_settings(config)}}
+
+
 def check_lora_config(config) -> None:
     """A ``LoraConfig`` csekit trains exactly: plain LoRA (every field outside
     [`LORA_SETTINGS`][csekit.trainers.lora.LORA_SETTINGS] at peft's default), a positive rank and scaling, dropout in
@@ -162,4 +168,4 @@ def apply_lora(model, config, args=None) -> None:
 
 
 __all__ = ["apply_lora", "check_lora_config", "check_lora_method", "check_targets", "import_peft", "linear_layer_names",
-           "lora_config", "lora_settings"]
+           "lora_config", "lora_group", "lora_settings"]

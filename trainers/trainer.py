@@ -41,7 +41,7 @@ from .arguments import arguments_record, built_from, flag_settings, setup_record
 from .collators import TEXT_IDS, ContrastiveCollator, text_id
 from .data import check_rows, check_train_dataset, data_fingerprint, method_columns
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
-from .lora import apply_lora, check_lora_method, lora_config, lora_settings
+from .lora import apply_lora, check_lora_method, lora_config, lora_group
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -55,12 +55,11 @@ def run_record(model, args, data: Optional[str] = None, peft_config=None) -> dic
     ([`csekit.preflight.check_resume`][csekit.preflight.check_resume]) when the
     recipe gave the trainer none: the method (its config's ``model_type``), the processes, every training argument,
     every method setting of the model's config ([`setup_record`][csekit.trainers.arguments.setup_record]), the
-    adapters' settings of a ``peft_config`` ([`lora_settings`][csekit.trainers.lora.lora_settings]) and the
+    adapters' settings of a ``peft_config`` ([`lora_group`][csekit.trainers.lora.lora_group]) and the
     training data's identity ``data`` ([`data_identity`][csekit.trainers.trainer.data_identity]), as the recipe's
     record holds them."""
-    lora = {"peft_config": lora_settings(peft_config)} if peft_config is not None else {}
     record = setup_record(model.config.model_type, args.world_size, training_args=args,
-                          model_args=flag_settings(model.config), **({"lora": lora} if lora else {}))
+                          model_args=flag_settings(model.config), **lora_group(peft_config))
     return {**record, TRAIN_DATA: data} if data is not None else record
 
 
@@ -737,10 +736,9 @@ class ContrastiveTrainer(Trainer):
         data = {"train_dataset": self.data_identity, "train_examples": len(dataset) if hasattr(dataset, "__len__")
                 else None, "max_seq_length": getattr(collator, "max_length", None),
                 "padding_free": getattr(collator, "padding_free", None)}
-        lora = {"peft_config": lora_settings(self.peft_config)} if self.peft_config is not None else {}
         return arguments_record(model_args={"model_name_or_path": self.base_model,
                                             **flag_settings(self.unwrapped().config)}, data_args=data,
-                                training_args=self.args, **({"lora": lora} if lora else {}))
+                                training_args=self.args, **lora_group(self.peft_config))
 
     def run_record(self) -> dict:
         return self.setup_record or run_record(self.accelerator.unwrap_model(self.model), self.args,
