@@ -29,8 +29,8 @@ LORA_SETTINGS = ("r", "lora_alpha", "lora_dropout", "target_modules", "exclude_m
 # LoraConfig fields that do not change what trains or what is published
 LORA_BOOKKEEPING = ("task_type", "peft_type", "auto_mapping", "peft_version", "base_model_name_or_path", "revision",
                     "inference_mode")
-# initialisations that start the adapters at zero and leave the base weights as loaded (PiSSA, OLoRA, LoftQ and the
-# data-driven ones rewrite the base weights)
+# initialisations that leave the base weights as loaded (True and "gaussian" start B at zero, False starts both A and
+# B at random; PiSSA, OLoRA, LoftQ and the data-driven ones rewrite the base weights)
 PLAIN_INITS = (True, False, "gaussian")
 INSTALL = "pip install 'csekit[peft]'"
 
