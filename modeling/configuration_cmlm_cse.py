@@ -59,7 +59,7 @@ class CMLMCSEConfig(SimCSEConfig):
     """
 
     model_type = "csekit-cmlm-cse"
-    fields_without_flags = ("prompt",)
+    fields_without_flags = ("prompt", "bidirectional")  # refused: prompt_refused, and no decoder (the registry)
     prompt_refused = "CMLM-CSE masks tokens of the tokenized sentence, which would mask the prompt's too"
 
     extractor_layers: int | None = None

@@ -31,8 +31,9 @@ class DiffCSEConfig(SimCSEConfig):
     """
 
     model_type = "csekit-diffcse"
-    # generator_config: recorded from the generator, never set by hand; prompt: refused (prompt_refused)
-    fields_without_flags = ("generator_config", "prompt")
+    # generator_config: recorded from the generator, never set by hand; prompt: refused (prompt_refused);
+    # bidirectional: no decoder trains with DiffCSE (the registry's not_on_decoders)
+    fields_without_flags = ("generator_config", "prompt", "bidirectional")
     prompt_refused = "DiffCSE replaces tokens of the tokenized sentence, which would replace the prompt's too"
     # further models, each field with the kind of model the method needs (csekit/preflight.py AUXILIARY_CHECKS):
     # checked before any work, as --model_name_or_path is

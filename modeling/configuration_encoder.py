@@ -11,7 +11,7 @@ try:  # transformers >= 5.21 builds a nested config from its spec
 except ImportError:  # transformers 5.5-5.20: the config builds it (``__post_init__``), as their composite configs do
     SubConfigSpec = None
 
-from .pooler_types import DECODER_BACKBONES, FIRST_TOKEN_POOLERS
+from .pooler_types import DECODER_BACKBONES, causal_pooler_problem
 from .pooling import resolve_pooling_layers
 from .prompts import default_prompt
 
@@ -44,6 +44,9 @@ class SentenceEncoderConfig(PreTrainedConfig):
             e5 and Qwen3-Embedding prompt), and written as the folder's default sentence-transformers prompt, whose
             tokens are pooled with the sentence's (``include_prompt``). ``None``: the default prompt of the
             sentence-transformers folder the model was trained from, if it has one, else none.
+        bidirectional: a decoder backbone (Qwen, Llama, Mistral, Gemma) attends both ways, LLM2Vec's conversion:
+            each token sees every real token of its sentence, not only those before it. sentence-transformers
+            cannot load such a folder as it trains (``AutoModel`` can; ``export-st --layout remote-code``).
     """
 
     model_type = "csekit-encoder"
@@ -60,6 +63,7 @@ class SentenceEncoderConfig(PreTrainedConfig):
     matryoshka_dims: list[int] | None = None
     matryoshka_weights: list[float] | None = None
     prompt: str | None = None
+    bidirectional: bool = False
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None and not isinstance(self.encoder_config, PreTrainedConfig):
@@ -110,10 +114,15 @@ class SentenceEncoderConfig(PreTrainedConfig):
 
     def validate_pooling(self):
         resolve_pooling_layers(self.pooler_type, self.pooling_layers, self.encoder_config.num_hidden_layers)
+        problem = causal_pooler_problem(self.encoder_config.model_type, self.pooler_type, self.bidirectional)
+        if problem:
+            raise ValueError(f"pooler_type {self.pooler_type!r}: {problem}")
+
+    def validate_bidirectional(self):
         family = self.encoder_config.model_type
-        if family in DECODER_BACKBONES and self.pooler_type in FIRST_TOKEN_POOLERS:
-            raise ValueError(f"pooler_type {self.pooler_type!r} reads the first token, which a decoder ({family!r}, "
-                             "causal attention) computes from itself alone; use last_token, weighted_avg or avg")
+        if self.bidirectional and family not in DECODER_BACKBONES:
+            raise ValueError(f"bidirectional: {family!r} is not a decoder family csekit converts "
+                             f"({', '.join(DECODER_BACKBONES)}); an encoder's attention is bidirectional already")
 
     # why a method cannot train with a prompt (its collator edits the tokenized sentence), ``""`` where it can
     prompt_refused = ""

@@ -13,6 +13,7 @@ from transformers.utils import ModelOutput
 from transformers.utils import logging as transformers_logging
 
 from .adapters import merged_state_dict
+from .bidirectional import make_bidirectional
 from .configuration_encoder import SentenceEncoderConfig
 from .decoder_tokenizer import prepare_decoder_tokenizer
 from .encoding import BatchCache, encode_sentences
@@ -117,6 +118,7 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
     def __init__(self, config: SentenceEncoderConfig):
         super().__init__(config)
         self.encoder = build_encoder(config.encoder_config)
+        self.set_attention_direction()
         self.pooling_layers = config.resolved_pooling_layers
         self._tokenizer = None
 
@@ -143,10 +145,17 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         config_kwargs.setdefault("sentence_transformers_settings", settings or None)
         model = cls(cls.config_class(encoder_config=encoder.config.to_dict(), **config_kwargs))
         model.encoder = encoder
+        model.set_attention_direction()
         model.config.name_or_path = encoder_name_or_path
         if source is not None:
             model.take_head_of(source, encoder_name_or_path)
         return model
+
+    def set_attention_direction(self) -> None:
+        """Make the encoder's attention bidirectional when the config says so (``bidirectional``, a decoder's
+        conversion: ``bidirectional.py``); a causal decoder and an encoder are left as they are."""
+        if self.config.bidirectional:
+            make_bidirectional(self.encoder)
 
     def take_head_of(self, source: "SentenceEncoderPreTrainedModel", name: str) -> bool:
         """Continue from ``source``'s head (a csekit model this one is fine-tuned from) when it matches this model's

@@ -12,4 +12,16 @@ DECODER_BACKBONES = {
     "mistral": "Mistral (e5-mistral, SFR-Embedding)", "gemma": "Gemma",
 }
 
-__all__ = ["DECODER_BACKBONES", "FIRST_TOKEN_POOLERS", "POOLER_TYPES"]
+
+
+def causal_pooler_problem(family: str, pooler_type, bidirectional: bool = False):
+    """Why ``pooler_type`` pools nothing of a sentence on a ``family`` backbone, or ``None``: on a causal decoder,
+    the first-token poolers (and no pooler, read as ``cls``) see the first token alone. A bidirectional one
+    (``bidirectional``) sees the whole sentence there, as an encoder does."""
+    if family not in DECODER_BACKBONES or bidirectional or pooler_type not in FIRST_TOKEN_POOLERS + (None,):
+        return None
+    return (f"a decoder ({family!r}, causal attention) computes its first token from itself alone; "
+            "use last_token, weighted_avg or avg")
+
+
+__all__ = ["DECODER_BACKBONES", "FIRST_TOKEN_POOLERS", "POOLER_TYPES", "causal_pooler_problem"]

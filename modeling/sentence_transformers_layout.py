@@ -109,6 +109,9 @@ def sentence_transformers_layout_problem(model) -> Optional[str]:
                 "module cannot")
     if model.inference_head_layers() is None:
         return f"{type(model).__name__}'s inference head is not a chain of Linear + activation layers"
+    if model.config.bidirectional:
+        return ("its decoder attends bidirectionally, and sentence-transformers' Transformer module would load it "
+                "causal")
     return None
 
 

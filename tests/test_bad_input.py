@@ -93,6 +93,9 @@ ROWS = [
     Row("csekit train simcse --output_dir not-csekit", "existing folder that is not csekit's", E + NOT_CSEKIT),
     Row("csekit train simcse --pooler_type mean", "unknown pooler",
         E + "invalid model configuration: unknown pooler_type 'mean'…"),
+    Row("csekit train simcse --bidirectional true", "bidirectional attention on an encoder",
+        E + "invalid model configuration: bidirectional: 'bert' is not a decoder family csekit converts (qwen2, "
+        "qwen3, llama, mistral, gemma); an encoder's attention is bidirectional already"),
     Row("csekit train simcse --no_such_flag 1", "unknown flag",
         "csekit train simcse: error: unrecognized arguments: --no_such_flag 1 (see csekit train simcse --help)"),
     Row("csekit train simcse --model_name_or_path someone/uncached", "uncached Hub id, offline", E + HUB_OFFLINE),

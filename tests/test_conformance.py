@@ -617,6 +617,8 @@ def test_each_declared_augmentation_makes_views_that_differ_from_the_sentence(me
 
 # a flag's value needs another flag set with it: the weights of Matryoshka sizes, the layers of the layers pooler
 COMPANIONS = {"matryoshka_weights": ["--matryoshka_dims", "16", "8"], "pooling_layers": ["--pooler_type", "layers"]}
+# settings only a decoder backbone takes, round-tripped on a tiny Qwen3 config
+DECODER_SETTINGS = ("bidirectional",)
 
 
 def flag_candidates(method: Method, config_field, default) -> list:
@@ -667,8 +669,12 @@ def test_every_setting_round_trips_from_its_flag_to_config_json(method, tiny_bac
             argv = ["--model_name_or_path", str(tiny_backbone), *COMPANIONS.get(config_field.name, []), flag, *values]
             kwargs = {**config_kwargs(recipe.parse(argv)[0], config_class), **{
                 name: value for name, value in construction_kwargs(method).items() if name != config_field.name}}
+            backbone = encoder
+            if config_field.name in DECODER_SETTINGS:
+                backbone = AutoConfig.for_model("qwen3", hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                                num_key_value_heads=1, intermediate_size=64, head_dim=16).to_dict()
             try:  # (validated as save_pretrained validates: a config class left undecorated checks only there)
-                config = config_class(encoder_config=encoder, **kwargs)
+                config = config_class(encoder_config=backbone, **kwargs)
                 config.validate()
             except (ValueError, StrictDataclassClassValidationError):  # a value this backbone or config refuses
                 continue

@@ -145,7 +145,8 @@ def test_the_command_line_trains_a_decoder_with_last_token_pooling(decoders_dir,
 # ------------------------------------------------------------------------------------------------ refused, one line
 def test_a_first_token_pooler_on_a_decoder_is_refused(decoders_dir):
     config = AutoConfig.from_pretrained(decoders_dir / "llama").to_dict()
-    with pytest.raises(Exception, match="pooler_type 'cls' reads the first token, which a decoder .'llama', causal"):
+    with pytest.raises(Exception, match="pooler_type 'cls': a decoder .'llama', causal attention. computes its first "
+                                        "token"):
         SimCSEConfig(encoder_config=config, pooler_type="cls")
 
 
@@ -182,7 +183,7 @@ def test_a_plain_decoder_is_scored_as_csekit_pools_it_and_a_first_token_pooler_r
         expected = SimCSEModel.from_encoder(str(folder), pooler_type=pooler).encode(SENTENCES)
         assert np.abs(embed(SENTENCES) - expected).max() <= 1e-6
     for pooler in (None, "cls"):
-        with pytest.raises(DataError, match="a decoder .'mistral', causal attention.*give --pooler last_token"):
+        with pytest.raises(DataError, match="a decoder .'mistral', causal attention.*use last_token"):
             load_embedder(str(folder), pooler=pooler, device="cpu")
 
 

@@ -278,10 +278,10 @@ def test_no_import_cycle_and_layers_point_one_way():
 
 
 @pytest.mark.parametrize("model_class, expected", [
-    ("SimCSEModel", {"adapters", "configuration_encoder", "configuration_simcse", "decoder_tokenizer", "encoding",
+    ("SimCSEModel", {"adapters", "bidirectional", "configuration_encoder", "configuration_simcse", "decoder_tokenizer", "encoding",
                      "errors", "folder_commit", "modeling_encoder", "modeling_simcse", "packing", "pooler_types",
                      "pooling", "prompts", "sentence_transformers_layout"}),
-    ("CLSRModel", {"adapters", "configuration_clsr", "configuration_encoder", "decoder_tokenizer", "encoding",
+    ("CLSRModel", {"adapters", "bidirectional", "configuration_clsr", "configuration_encoder", "decoder_tokenizer", "encoding",
                    "errors", "folder_commit", "modeling_clsr", "modeling_encoder", "packing", "pooler_types",
                    "pooling", "prompts", "sentence_transformers_layout"}),
 ])

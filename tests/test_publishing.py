@@ -311,7 +311,8 @@ def test_push_uploads_exactly_the_loadable_pickle_free_set(tmp_path, trained, mo
     meta = json.loads((trained / "mteb_model_meta.json").read_text())  # the revision the Hub now serves
     assert (meta["name"], meta["revision"]) == ("someone/tiny-simcse", "0123abcd")
     assert files == sorted([
-        "README.md", "adapters.py", "alignment_uniformity.png", "config.json", "configuration_encoder.py",
+        "README.md", "adapters.py", "alignment_uniformity.png", "bidirectional.py", "config.json",
+        "configuration_encoder.py",
         "configuration_simcse.py", "decoder_tokenizer.py",
         "encoding.py", "errors.py", "eval_results.json", "folder_commit.py", "model-head.safetensors",
         "model.safetensors.index.json", "mteb_model_meta.json",

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoModel
 from ..errors import DataError
 from ..loading import resolve_device, resolve_model_path
 from ..modeling.encoding import encode_sentences
-from ..modeling.pooler_types import DECODER_BACKBONES, FIRST_TOKEN_POOLERS
+from ..modeling.pooler_types import DECODER_BACKBONES, causal_pooler_problem
 from ..modeling.pooling import POOLER_TYPES, encoder_layer_states, pool, resolve_pooling_layers
 from ..preflight import (
     PROBE_SENTENCE,
@@ -134,9 +134,9 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
 
         return embed, info
     if config.model_type in DECODER_BACKBONES:  # pooled and tokenized as csekit trains a decoder
-        if pooler is None or pooler in FIRST_TOKEN_POOLERS:
-            raise DataError(f"{name_or_path}: a decoder ({config.model_type!r}, causal attention), whose first token "
-                            f"says nothing of the rest; give --pooler last_token, weighted_avg or avg")
+        problem = causal_pooler_problem(config.model_type, pooler)
+        if problem:
+            raise DataError(f"{name_or_path}: --pooler {pooler or 'cls (the default)'}: {problem}")
         prepare_decoder_tokenizer(tokenizer, config.model_type, pooler, name_or_path)
     return _load_plain(name_or_path, path, tokenizer, pooler or "cls", max_length, batch_size, device,
                        pooling_layers=pooling_layers)

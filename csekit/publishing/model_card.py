@@ -79,6 +79,8 @@ WIDGET = [
 ]
 NO_SENTENCE_TRANSFORMERS = ("its inference is not a backbone followed by last-layer [CLS] or mean pooling and Linear "
                             "layers (a multi-layer pooler, or a whitening head), so the folder has no modules.json")
+BIDIRECTIONAL_DECODER = ("its decoder attends bidirectionally (LLM2Vec's conversion), and sentence-transformers' "
+                         "Transformer module would load it causal, so the folder has no modules.json")
 
 
 # characters that change what Markdown (CommonMark + GitHub tables) shows: escaped in every value a card prints; an
@@ -250,7 +252,8 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     template = card_environment().get_template(card_template(config.model_type))
     comparison = folder / COMPARISON_FILE
     # save_pretrained writes the sentence-transformers files exactly when the model's inference allows them
-    st_problem = None if (folder / "modules.json").is_file() else NO_SENTENCE_TRANSFORMERS
+    st_problem = None if (folder / "modules.json").is_file() else (
+        BIDIRECTIONAL_DECODER if config.bidirectional else NO_SENTENCE_TRANSFORMERS)
     content = template.render(
         card_data=Markup(build_card_data(short, config, raw_record, raw_arguments, license,
                                                       st_problem is None).to_yaml()),  # Hub ids, no paths

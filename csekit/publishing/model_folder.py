@@ -106,6 +106,7 @@ class FolderConfig:
         self.max_length = self.values.get("max_length")
         self.sentence_transformers_settings = self.values.get("sentence_transformers_settings")
         self.default_prompt = default_prompt(self.values.get("prompt"), self.sentence_transformers_settings)
+        self.bidirectional = bool(self.values.get("bidirectional"))
 
     def method_fields(self) -> dict:
         """The csekit fields (pooling and method settings), without the nested backbone config and the settings a

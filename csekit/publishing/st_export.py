@@ -57,8 +57,9 @@ def load_csekit_model(model_dir) -> SentenceEncoderPreTrainedModel:
 
 
 def plain_layout_possible(model: SentenceEncoderPreTrainedModel) -> bool:
-    """Whether inference is backbone -> last-layer [CLS] or mean -> identity head (so ST's own modules suffice)."""
-    if model.config.pooler_type not in POOLING_MODES:
+    """Whether inference is backbone -> last-layer [CLS] or mean -> identity head (so ST's own modules suffice); a
+    bidirectional decoder is not: sentence-transformers' Transformer module would load it causal."""
+    if model.config.pooler_type not in POOLING_MODES or model.config.bidirectional:
         return False
     probe = torch.randn(3, model.config.hidden_size)
     with torch.inference_mode():
