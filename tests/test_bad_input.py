@@ -81,6 +81,11 @@ ROWS = [
     Row("csekit train simcse --mini_batch_size 4 --mini_batch_tokens 512", "a count and a token budget",
         E + "--mini_batch_size 4 and --mini_batch_tokens 512: gradient caching cuts chunks by a count of examples or "
         "by a token budget; give one"),
+    Row("csekit train simcse --torch_compile true --torch_compile_mode reduce-overhead --mini_batch_size 4",
+        "CUDA graphs with gradient caching",
+        E + "--torch_compile_mode reduce-overhead: CUDA graphs replay one captured call per step, and gradient "
+        "caching (--mini_batch_size/--mini_batch_tokens) calls the model several times before its backward; use "
+        "--torch_compile_mode default with it"),
     Row("csekit train simcse --duplicate_negatives drop", "unknown choice", "csekit train simcse: error: argument "
         "--duplicate_negatives/--duplicate-negatives: invalid choice: 'drop' (choose from 'keep', 'mask') (see "
         "csekit train simcse --help)"),

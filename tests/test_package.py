@@ -278,12 +278,12 @@ def test_no_import_cycle_and_layers_point_one_way():
 
 
 @pytest.mark.parametrize("model_class, expected", [
-    ("SimCSEModel", {"adapters", "bidirectional", "configuration_encoder", "configuration_simcse", "decoder_tokenizer", "encoding",
-                     "errors", "folder_commit", "modeling_encoder", "modeling_simcse", "packing", "pooler_types",
-                     "pooling", "prompts", "sentence_transformers_layout"}),
-    ("CLSRModel", {"adapters", "bidirectional", "configuration_clsr", "configuration_encoder", "decoder_tokenizer", "encoding",
-                   "errors", "folder_commit", "modeling_clsr", "modeling_encoder", "packing", "pooler_types",
-                   "pooling", "prompts", "sentence_transformers_layout"}),
+    ("SimCSEModel", {"adapters", "bidirectional", "configuration_encoder", "configuration_simcse",
+                     "decoder_tokenizer", "encoding", "errors", "folder_commit", "modeling_encoder", "modeling_simcse",
+                     "packing", "pooler_types", "pooling", "prompts", "sentence_transformers_layout"}),
+    ("CLSRModel", {"adapters", "bidirectional", "configuration_clsr", "configuration_encoder",
+                   "decoder_tokenizer", "encoding", "errors", "folder_commit", "modeling_clsr", "modeling_encoder",
+                   "packing", "pooler_types", "pooling", "prompts", "sentence_transformers_layout"}),
 ])
 def test_saved_folder_carries_only_the_code_its_class_needs(model_class, expected, tmp_path, tokenizer):
     import csekit

@@ -10,6 +10,7 @@ window): host reads through a ``TorchFunctionMode`` that sees every tensor metho
 import contextlib
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -110,3 +111,23 @@ def test_a_step_walks_no_module_besides_reading_the_parameters(tiny_backbone, tm
     monkeypatch.setattr(torch.nn.Module, "named_modules", counted)
     train_counting(tiny_backbone, tmp_path, Walks)
     assert not walks, walks
+
+
+def test_torch_compile_traces_the_loss_into_the_steps_graph(tiny_backbone, tmp_path, monkeypatch):
+    """``--torch_compile`` compiles the step the user runs: the graphs compiled during ``Trainer.train()`` hold the
+    contrastive loss (its log-softmax over the similarity matrix), not the model's forward alone."""
+    compile_ = torch.compile
+    graphs = []
+
+    def recording(backend):
+        def record(graph, example_inputs):
+            graphs.append(graph)
+            return (backend if callable(backend) else torch._dynamo.lookup_backend(backend))(graph, example_inputs)
+        return record
+
+    monkeypatch.setattr(torch, "compile", lambda *args, backend="inductor", **kwargs: compile_(
+        *args, backend=recording(backend), **kwargs))
+    train_counting(tiny_backbone, tmp_path, SimpleNamespace(counting=False), torch_compile=True,
+                   torch_compile_backend="aot_eager")
+    operations = {str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"}
+    assert any("log_softmax" in name or "cross_entropy" in name for name in operations), sorted(operations)

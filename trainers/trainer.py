@@ -174,6 +174,10 @@ class NumericProgressCallback(ProgressCallback):
                 f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in shown.items()))
 
 
+# torch.compile modes that capture CUDA graphs
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 class ContrastiveTrainer(Trainer):
     """A ``Trainer`` whose loss is a sum of named components computed by
     [`compute_losses`][csekit.trainers.trainer.ContrastiveTrainer.compute_losses].
@@ -321,6 +325,11 @@ class ContrastiveTrainer(Trainer):
             if getattr(args, flag, None) and method is not None and not method.gradient_caching:
                 raise DataError(f"--{flag}: {method.name} does not support gradient caching (the registry's "
                                 "gradient_caching capability)")
+        cached = getattr(args, "mini_batch_size", None) or getattr(args, "mini_batch_tokens", None)
+        if cached and args.torch_compile and args.torch_compile_mode in CUDA_GRAPH_MODES:
+            raise DataError(f"--torch_compile_mode {args.torch_compile_mode}: CUDA graphs replay one captured call "
+                            "per step, and gradient caching (--mini_batch_size/--mini_batch_tokens) calls the model "
+                            "several times before its backward; use --torch_compile_mode default with it")
 
     def method_defaults(self, model, args, kwargs: dict, sts_evaluator) -> Optional[TrainingArguments]:
         """What a Python caller may leave out, as ``SentenceTransformerTrainer(model, args, train_dataset)`` allows:
@@ -488,8 +497,21 @@ class ContrastiveTrainer(Trainer):
         outputs = model(**model_inputs(inputs))
         return outputs, self.compute_losses(model, outputs, inputs)
 
+    @property
+    def step_function(self):
+        """What a batch's forward and losses run through: ``forward_losses``, or under ``--torch_compile`` that
+        function compiled once with the arguments' backend and mode, so the loss is traced into the forward's graph
+        (transformers compiles the model alone; its compiled module is inlined here)."""
+        if not self.args.torch_compile:
+            return self.forward_losses
+        if getattr(self, "_compiled_forward_losses", None) is None:
+            self._compiled_forward_losses = torch.compile(
+                self.forward_losses, backend=self.args.torch_compile_backend or "inductor",
+                mode=self.args.torch_compile_mode)
+        return self._compiled_forward_losses
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        outputs, losses = self.forward_losses(model, inputs)
+        outputs, losses = self.step_function(model, inputs)
         if model.training:
             self.record_losses(losses)
         return (losses["loss"], outputs) if return_outputs else losses["loss"]
