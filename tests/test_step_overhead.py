@@ -115,7 +115,7 @@ def test_a_step_walks_no_module_besides_reading_the_parameters(tiny_backbone, tm
 
 def test_torch_compile_traces_the_loss_into_the_steps_graph(tiny_backbone, tmp_path, monkeypatch):
     """``--torch_compile`` compiles the step the user runs: the graphs compiled during ``Trainer.train()`` hold the
-    contrastive loss (its log-softmax over the similarity matrix), not the model's forward alone."""
+    contrastive loss (its log-softmax over the similarity matrix), not the model's forward alone, compiled once."""
     compile_ = torch.compile
     graphs = []
 
@@ -131,3 +131,4 @@ def test_torch_compile_traces_the_loss_into_the_steps_graph(tiny_backbone, tmp_p
                    torch_compile_backend="aot_eager")
     operations = {str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"}
     assert any("log_softmax" in name or "cross_entropy" in name for name in operations), sorted(operations)
+    assert len(graphs) == 1  # one graph for the 6 steps: no recompilation as the trainer's state moves on
