@@ -132,3 +132,43 @@ def test_torch_compile_traces_the_loss_into_the_steps_graph(tiny_backbone, tmp_p
     operations = {str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"}
     assert any("log_softmax" in name or "cross_entropy" in name for name in operations), sorted(operations)
     assert len(graphs) == 1  # one graph for the 6 steps: no recompilation as the trainer's state moves on
+
+
+# ------------------------------------------------------------------------------------------------ collation workers
+def test_loader_workers_default_to_an_accelerator_and_collate_the_main_process_batches(tiny_backbone, tmp_path,
+                                                                                      monkeypatch):
+    """``CSETrainingArguments`` collates in worker processes on an accelerator (off the step's path) and in the main
+    process on the CPU; an explicit count is kept. Workers give the main process's batches, random draws included
+    (ESimCSE's word repetition, seeded per example), over two epochs."""
+    from csekit.modeling import ESimCSEForPreTraining
+    from csekit.trainers import ESimCSETrainer
+    from csekit.trainers.arguments import ACCELERATOR_LOADER_WORKERS
+
+    settings = dict(output_dir=str(tmp_path / "args"), report_to="none", eval_strategy="no",
+                    load_best_model_at_end=False, save_strategy="no")
+    assert CSETrainingArguments(**settings).dataloader_num_workers == 0  # (this machine: the CPU)
+    assert CSETrainingArguments(**settings, dataloader_num_workers=3).dataloader_num_workers == 3
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    on_gpu = CSETrainingArguments(**settings, use_cpu=False)
+    assert on_gpu.dataloader_num_workers == ACCELERATOR_LOADER_WORKERS > 0
+    monkeypatch.undo()
+
+    sentences = [f"sentence {i} tells of the {['red', 'old', 'quiet'][i % 3]} harbour in the evening"
+                 for i in range(32)]
+
+    def batches(workers: int) -> list:
+        args = CSETrainingArguments(**{**settings, "output_dir": str(tmp_path / str(workers))},
+                                    per_device_train_batch_size=8, dataloader_num_workers=workers, use_cpu=True)
+        trainer = ESimCSETrainer(model=ESimCSEForPreTraining.from_encoder(str(tiny_backbone), pooler_type="cls"),
+                                 args=args, train_dataset=Dataset.from_dict({"sent0": sentences}))
+        loader, out = trainer.get_train_dataloader(), []
+        for epoch in range(2):
+            trainer.data_collator.set_epoch(epoch)  # (the trainer's callback at each epoch's start)
+            torch.manual_seed(epoch)
+            out += list(loader)
+        return out
+
+    main, workers = batches(0), batches(2)
+    assert len(main) == len(workers) == 8
+    for ours, theirs in zip(main, workers):
+        assert ours.keys() == theirs.keys() and all(torch.equal(ours[key], theirs[key]) for key in ours)

@@ -79,6 +79,8 @@ def built_from(model) -> Optional[str]:
 # config fields that are not method flags: the backbone's config (from --model_name_or_path) and the inference
 # settings of a sentence-transformers backbone (read from its folder)
 NOT_FLAGS = ("encoder_config", "sentence_transformers_settings")
+# dataloader workers per process on an accelerator, where collation in the main process would sit between steps
+ACCELERATOR_LOADER_WORKERS = 2
 
 
 
@@ -228,12 +230,19 @@ class CSETrainingArguments(TrainingArguments):
                 "removed once the final model, its scores and card are in --output_dir."})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
+    dataloader_num_workers: Optional[int] = field(default=None, metadata={
+        "help": f"Processes that collate batches ahead of the step. Default: {ACCELERATOR_LOADER_WORKERS} on a GPU "
+                "(collation off the step's path, into pinned memory, two batches prefetched each), 0 (the main "
+                "process) on the CPU, where workers would take the cores the step computes on. The batches are the "
+                "same either way: a collator's random draws are seeded per example."})
 
     def __post_init__(self):
         # A host without a GPU (or other accelerator) trains on CPU. Saying so is also what makes the processes of
         # `accelerate launch --multi_gpu --num_processes N` join one gloo group; otherwise each trains alone.
         if not torch.accelerator.is_available():
             self.use_cpu = True
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = 0 if self.use_cpu else ACCELERATOR_LOADER_WORKERS
         check_training_arguments(self)
         if self.eval_strategy == "no":  # no evaluation: nothing to select the best checkpoint by
             self.load_best_model_at_end = False
