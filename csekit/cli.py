@@ -4,6 +4,7 @@
     csekit evaluate MODEL [--tasks ...]      score an encoder on STS / transfer / clustering / geometry / MTEB
     csekit compare RESULT...                 results side by side, warning where protocols differ
     csekit extract [--models ...]            training-free extraction grid
+    csekit mine MODEL --pairs F --output F   hard negatives for sent0,sent1 pairs: sent0,sent1,hard_neg triplets
     csekit card | push | export-st | export-onnx   publish a trained model folder, ship it as one ONNX graph
     csekit download wiki1m|nli|senteval      SimCSE's corpora and the SentEval data from the Hub
 
@@ -17,6 +18,7 @@ from .errors import OneLineUsageErrors, report_errors
 from .evaluation.cli import add_evaluate_parser
 from .evaluation.compare import add_compare_parser
 from .extraction.cli import add_extract_parser
+from .mining.cli import add_mine_parser
 from .publishing.cli import add_card_parser, add_export_onnx_parser, add_export_st_parser, add_push_parser
 
 
@@ -100,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_push_parser(subparsers)
     add_export_st_parser(subparsers)
     add_export_onnx_parser(subparsers)
+    add_mine_parser(subparsers)
     add_download_parser(subparsers)
     return parser
 

@@ -211,6 +211,17 @@ ROWS = [
         "csekit export-st: error: argument --layout: invalid choice: 'fancy' (choose from …) "
         "(see csekit export-st --help)"),
     Row("csekit export-st someone/uncached st", "uncached Hub id, offline", E + HUB_OFFLINE),
+    # mine
+    Row("csekit mine tiny --pairs pairs.csv --output mined.csv --relative_margin 1.5", "margin outside its range",
+        E + "--relative_margin 1.5: must be in [0, 1] (a share of the positive's score)"),
+    Row("csekit mine tiny --pairs pairs.csv --output mined.csv --num_negatives 100",
+        "corpus smaller than --num_negatives",
+        E + "--num_negatives 100: the candidates (positives and --corpus) hold 70 distinct text(s), too few "
+        "to give each anchor 100 other than its positive"),
+    Row("csekit mine tiny --pairs sentences.txt --output mined.csv", "sentences, not pairs",
+        E + "--pairs sentences.txt: one sentence a row; mining needs sent0,sent1 pairs"),
+    Row("csekit mine tiny --pairs pairs.csv --output pairs.csv", "output file exists",
+        E + "--output pairs.csv: exists; give --overwrite to replace it"),
     # download
     Row("csekit download wiki2m --data-dir data", "unknown corpus",
         "csekit download: error: argument NAME: invalid choice: 'wiki2m' (choose from …) (see csekit download --help)"),

@@ -1,0 +1,5 @@
+"""Hard-negative mining: ``hard_negatives`` (the algorithm, sentence-transformers' meaning of every option) and
+``cli`` (``csekit mine``). Nothing here imports torch, so the command line parses without it."""
+
+# how the negatives are taken among the kept candidates: the best ones, or drawn at random
+SAMPLING = ("top", "random")

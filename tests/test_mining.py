@@ -1,0 +1,118 @@
+"""``csekit mine`` (``csekit/mining``): hard negatives as sentence-transformers mines them.
+
+Oracle: ``sentence_transformers.util.mine_hard_negatives`` (``output_format="triplet"``) on the same
+sentence-transformers folder (all-MiniLM-L6-v2, real weights) and the same pairs: the same rows in the same order,
+for each filter and sampling. csekit reads the folder through sentence-transformers too, so both rank the same
+vectors."""
+
+import csv
+import random
+
+import pytest
+from datasets import Dataset
+
+from csekit import cli
+from csekit.evaluation.encoders import load_embedder
+from csekit.mining import hard_negatives
+from csekit.mining.hard_negatives import mine_hard_negatives
+
+SETTINGS = {
+    "one, the defaults otherwise": {"num_negatives": 1},
+    "three, margin, skip the first": {"num_negatives": 3, "relative_margin": 0.5, "range_min": 1},
+    "absolute margin and max score": {"num_negatives": 2, "absolute_margin": 0.3, "max_score": 0.6},
+    "random": {"num_negatives": 2, "sampling": "random", "range_max": 12},
+    "with a corpus": {"num_negatives": 2, "corpus": True},
+}
+
+
+@pytest.fixture(scope="module")
+def pairs(corpus):
+    """An anchor and a shortened copy of it (a close positive); one anchor twice, with two positives."""
+    lines = [line for line in corpus.read_text().splitlines() if len(line.split()) > 6][:30]
+    anchors, positives = lines, [" ".join(line.split()[:-2]) for line in lines]
+    return anchors + [anchors[0]], positives + [" ".join(anchors[0].split()[1:])]
+
+
+@pytest.fixture(scope="module")
+def embed(minilm_path):
+    return load_embedder(str(minilm_path), device="cpu")[0]
+
+
+def sentence_transformers_rows(minilm_path, pairs, settings, extra) -> list:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import mine_hard_negatives as reference
+
+    options = {key.replace("sampling", "sampling_strategy"): value for key, value in settings.items()
+               if key not in ("corpus", "seed")}
+    random.seed(settings.get("seed", 42))  # (its random sampling draws from the global generator)
+    mined = reference(Dataset.from_dict({"sent0": pairs[0], "sent1": pairs[1]}),
+                      SentenceTransformer(str(minilm_path), device="cpu"), corpus=extra, verbose=False,
+                      output_format="triplet", **options)
+    return list(zip(mined["sent0"], mined["sent1"], mined["negative"]))
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_the_negatives_are_sentence_transformers_own(name, pairs, embed, minilm_path, corpus):
+    settings = SETTINGS[name]
+    extra = corpus.read_text().splitlines()[40:70] if settings.get("corpus") else None
+    options = {key: value for key, value in settings.items() if key != "corpus"}
+    columns, summary = mine_hard_negatives(*pairs, embed, corpus=extra, progress=False, **options)
+    ours = list(zip(columns["sent0"], columns["sent1"], columns["hard_neg"]))
+    assert ours == sentence_transformers_rows(minilm_path, pairs, settings, extra)
+    assert len(ours) >= len(pairs[0])
+    for name in ("relative_margin", "absolute_margin", "max_score"):  # each filter given drops candidates here
+        assert name not in options or summary["dropped"][name] > 0, (name, summary)
+    assert all(negative != positive for _, positive, negative in ours)
+
+
+def test_chunks_of_anchors_rank_as_the_whole_matrix(pairs, embed, monkeypatch):
+    whole, _ = mine_hard_negatives(*pairs, embed, num_negatives=3, progress=False)
+    limit = 7 * len(set(pairs[1]))  # 7 anchors a chunk
+    monkeypatch.setattr(hard_negatives, "CHUNK_ELEMENTS", limit)
+    sizes, cosine = [], hard_negatives.cosine
+    monkeypatch.setattr(hard_negatives, "cosine", lambda a, b: sizes.append(len(a) * len(b)) or cosine(a, b))
+    assert mine_hard_negatives(*pairs, embed, num_negatives=3, progress=False)[0] == whole
+    assert len(sizes) == 5 and max(sizes) <= limit  # 30 anchors: never the whole similarity matrix at once
+
+
+def test_the_command_line_mines_triplets_that_supervised_simcse_trains_on(pairs, minilm_path, tiny_backbone,
+                                                                           tmp_path, capsys):
+    source, out = tmp_path / "pairs.csv", tmp_path / "triplets.csv"
+    with source.open("w", newline="") as handle:
+        csv.writer(handle).writerows([("sent0", "sent1"), *zip(*pairs)])
+    assert cli.main(["mine", str(minilm_path), "--pairs", str(source), "--output", str(out), "--num_negatives",
+                     "2", "--relative-margin", "0.05", "--device", "cpu"]) == 0
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["sent0", "sent1", "hard_neg"] and len(rows) > len(pairs[0])
+    assert "triplets from 30 anchors" in capsys.readouterr().err
+    model = tmp_path / "model"
+    assert cli.main(["train", "simcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(out),
+                     "--output_dir", str(model), "--per_device_train_batch_size", "8", "--max_steps", "2",
+                     "--save_strategy", "no", "--eval_strategy", "no", "--load_best_model_at_end", "false",
+                     "--max_seq_length", "16", "--do_test_eval", "false"]) == 0
+    assert (model / "config.json").is_file()
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--relative_margin", "1.5"], "--relative_margin 1.5: must be in [0, 1]"),
+    (["--max_score", "2"], "--max_score 2.0: must be in [-1, 1]"),
+    (["--absolute_margin", "nan"], "--absolute_margin nan: must be a finite number"),
+    (["--num_negatives", "40"], "--num_negatives 40: the candidates (positives and --corpus) hold"),
+    (["--range_min", "3", "--range_max", "4", "--num_negatives", "2"],
+     "--num_negatives 2: only 1 rank(s) between --range_min 3 and --range_max 4"),
+    (["--pairs", "sentences.txt"], "mining needs sent0,sent1 pairs"),
+    (["--output", "exists.csv"], "--output exists.csv: exists; give --overwrite to replace it"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(flags, line, pairs, minilm_path, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with open("pairs.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([("sent0", "sent1"), *zip(*pairs)])
+    (tmp_path / "sentences.txt").write_text("one sentence\nanother one\n")
+    (tmp_path / "exists.csv").write_text("kept\n")
+    before = sorted(path.name for path in tmp_path.iterdir())
+    argv = ["mine", str(minilm_path), "--pairs", "pairs.csv", "--output", "out.csv", "--device", "cpu", *flags]
+    assert cli.main(argv) == 2
+    err = [text for text in capsys.readouterr().err.strip().splitlines() if "Batches" not in text and text]
+    assert len(err) == 1 and line in err[0], err
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+    assert (tmp_path / "exists.csv").read_text() == "kept\n"
