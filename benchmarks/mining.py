@@ -1,0 +1,115 @@
+"""Hard-negative mining: csekit's (``csekit/mining/hard_negatives.py``) against sentence-transformers'
+``mine_hard_negatives``, on the same vectors.
+
+Both encode with the same model, so the texts are encoded once and both rank those vectors: csekit through an
+embedder that looks them up, sentence-transformers through its own embedding cache (``cache_folder``, which it fills
+on the first call). What is timed is the rest: ranking every anchor's candidates, the filters and the rows. Each run
+mines ``--num-negatives`` negatives with ``--relative-margin``, alternating round by round, and the two outputs are
+checked equal. The largest score matrix each holds at once is computed from its chunking: csekit's
+``CHUNK_ELEMENTS``, sentence-transformers' ``faiss_batch_size`` anchors (16,384 by default) times the corpus.
+
+    OMP_NUM_THREADS=2 python benchmarks/mining.py --data-dir DATA [--pairs 5000] [--rounds 5] [--output DIR]
+"""
+
+import argparse
+import os
+import random
+import shlex
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from common import format_spread, interleaved, machine_description, set_threads, spread, write_outputs
+from csekit.mining import hard_negatives
+from csekit.trainers.data import load_training_dataset
+
+ST_ANCHOR_CHUNK = 16384  # sentence-transformers' default faiss_batch_size: anchors ranked at once
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=os.environ.get("CSEKIT_DATA_DIR"))
+    parser.add_argument("--pairs-file", default="nli/snli_devtest_for_simcse.csv",
+                        help="sent0,sent1[,hard_neg] CSV in the data folder (its first two columns are mined).")
+    parser.add_argument("--pairs", type=int, default=5000)
+    parser.add_argument("--num-negatives", type=int, default=3)
+    parser.add_argument("--relative-margin", type=float, default=0.05)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--output", default=None, help="Folder for mining.json / .md.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import mine_hard_negatives as reference
+
+    from csekit.loading import embedded_minilm_path
+
+    args = parse(argv)
+    set_threads(args.threads)
+    pairs = load_training_dataset(args.pairs_file, args.data_dir, max_examples=args.pairs)
+    anchors, positives = list(pairs["sent0"]), list(pairs["sent1"])
+    model = SentenceTransformer(str(embedded_minilm_path()), device="cpu")
+    # the vectors sentence-transformers' miner computes (the same calls: candidates as documents, distinct anchors as
+    # queries, its batch size and normalisation), so both rank bit-identical vectors
+    candidates, queries = list(dict.fromkeys(positives)), list(dict.fromkeys(anchors))
+    start = time.perf_counter()
+    vectors = {"candidates": model.encode_document(candidates, batch_size=32, normalize_embeddings=True),
+               "queries": model.encode_query(queries, batch_size=32, normalize_embeddings=True)}
+    encode_seconds = time.perf_counter() - start
+
+    def embed(batch):
+        return vectors["candidates" if batch == candidates else "queries"]
+
+    options = {"num_negatives": args.num_negatives, "relative_margin": args.relative_margin}
+    cache = tempfile.mkdtemp()
+    dataset = Dataset.from_dict({"sent0": anchors, "sent1": positives})
+    outputs = {}
+
+    def csekit_run() -> float:
+        begin = time.perf_counter()
+        columns, _ = hard_negatives.mine_hard_negatives(anchors, positives, embed, progress=False, **options)
+        outputs["csekit"] = list(zip(*columns.values()))
+        return time.perf_counter() - begin
+
+    def st_run() -> float:
+        random.seed(42)
+        begin = time.perf_counter()
+        mined = reference(dataset, model, cache_folder=cache, verbose=False, output_format="triplet", **options)
+        outputs["sentence-transformers"] = list(zip(mined["sent0"], mined["sent1"], mined["negative"]))
+        return time.perf_counter() - begin
+
+    timings = interleaved({"csekit": csekit_run, "sentence-transformers": st_run}, args.rounds)
+    same = outputs["csekit"] == outputs["sentence-transformers"]
+    corpus = len(set(positives))
+    largest = {"csekit": min(hard_negatives.CHUNK_ELEMENTS // corpus, len(set(anchors))) * corpus,
+               "sentence-transformers": min(ST_ANCHOR_CHUNK, len(set(anchors))) * corpus}
+    ratio = spread(timings["sentence-transformers"])["median"] / spread(timings["csekit"])["median"]
+    command = f"python benchmarks/mining.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
+    threads = os.environ.get("OMP_NUM_THREADS")
+    lines = [f"Command: `{f'OMP_NUM_THREADS={threads} ' if threads else ''}{command}`",
+             f"Machine: {machine_description()}.",
+             f"Workload: {len(anchors)} pairs of `{args.pairs_file}` ({len(set(anchors))} distinct anchors, {corpus} "
+             f"candidates), all-MiniLM-L6-v2 vectors computed once ({encode_seconds:.0f} s), {args.num_negatives} "
+             f"negatives with relative margin {args.relative_margin}; {args.rounds} alternating rounds. Same rows: "
+             f"{'yes' if same else 'NO'}.", "",
+             "| miner | s, median (min–max) | largest score matrix held (floats) |", "|---|---:|---:|"]
+    lines += [f"| {name} | {format_spread(values, 3)} | {largest[name]:,} |" for name, values in timings.items()]
+    lines += ["", f"csekit / sentence-transformers speed: {ratio:.2f}x."]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    record = {"command": command, "machine": machine_description(), "rounds": args.rounds, "pairs": len(anchors),
+              "seconds": timings, "same_rows": same, "largest_score_matrix": largest, "speed_ratio": ratio}
+    if args.output:
+        write_outputs(args.output, "mining", record, table)
+    if not same:
+        sys.exit("mining.py: the two miners' rows differ")
+    return record
+
+
+if __name__ == "__main__":
+    main()
