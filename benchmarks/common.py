@@ -37,6 +37,17 @@ def machine_description() -> str:
     return f"{os.cpu_count()} cores ({cpu}), torch {torch.__version__}, {torch.get_num_threads()} torch threads{load}"
 
 
+def command_line(script: str, argv) -> tuple:
+    """``(command, shown)``: the command that ran ``benchmarks/<script>`` with ``argv`` (default: this process's),
+    and the same with the ``OMP_NUM_THREADS`` it ran under, as a results table's ``Command:`` shows it."""
+    import shlex
+    import sys
+
+    command = f"python benchmarks/{script} {shlex.join(argv if argv is not None else sys.argv[1:])}"
+    threads = os.environ.get("OMP_NUM_THREADS")
+    return command, f"{f'OMP_NUM_THREADS={threads} ' if threads else ''}{command}"
+
+
 def device_description(device: torch.device) -> str:
     """The GPU's name for a CUDA device, else the CPU description."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else machine_description()

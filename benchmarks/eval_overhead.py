@@ -11,14 +11,11 @@ batch tokenized again (``cache`` off), and with the batches tokenized once and r
 """
 
 import argparse
-import os
-import shlex
-import sys
 import time
 
 from transformers import AutoTokenizer
 
-from common import format_spread, interleaved, machine_description, set_threads, spread, write_outputs
+from common import command_line, format_spread, interleaved, machine_description, set_threads, spread, write_outputs
 from csekit.evaluation.sts import STSEvaluator
 from csekit.loading import embedded_minilm_path
 from csekit.modeling.encoding import BatchCache, encode_sentences
@@ -56,9 +53,8 @@ def main(argv=None) -> dict:
     timings = interleaved({"tokenized every time": lambda: evaluation(evaluator, tokenizer, args.batch_size, None),
                            "tokenized once": lambda: evaluation(evaluator, tokenizer, args.batch_size, cache)},
                           args.rounds)
-    command = f"python benchmarks/eval_overhead.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
-    threads = os.environ.get("OMP_NUM_THREADS")
-    lines = [f"Command: `{f'OMP_NUM_THREADS={threads} ' if threads else ''}{command}`",
+    command, shown = command_line("eval_overhead.py", argv)
+    lines = [f"Command: `{shown}`",
              f"Machine: {machine_description()}.",
              f"Workload: one STS-B dev evaluation ({len(evaluator.sentences())} distinct sentences, batch "
              f"{args.batch_size}, the all-MiniLM-L6-v2 tokenizer), the model replaced by a sum of token ids; "

@@ -14,14 +14,11 @@ checked equal. The largest score matrix each holds at once is computed from its 
 import argparse
 import os
 import random
-import shlex
 import sys
 import tempfile
 import time
 
-import numpy as np
-
-from common import format_spread, interleaved, machine_description, set_threads, spread, write_outputs
+from common import command_line, format_spread, interleaved, machine_description, set_threads, spread, write_outputs
 from csekit.mining import hard_negatives
 from csekit.trainers.data import load_training_dataset
 
@@ -89,9 +86,8 @@ def main(argv=None) -> dict:
     largest = {"csekit": min(hard_negatives.CHUNK_ELEMENTS // corpus, len(set(anchors))) * corpus,
                "sentence-transformers": min(ST_ANCHOR_CHUNK, len(set(anchors))) * corpus}
     ratio = spread(timings["sentence-transformers"])["median"] / spread(timings["csekit"])["median"]
-    command = f"python benchmarks/mining.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
-    threads = os.environ.get("OMP_NUM_THREADS")
-    lines = [f"Command: `{f'OMP_NUM_THREADS={threads} ' if threads else ''}{command}`",
+    command, shown = command_line("mining.py", argv)
+    lines = [f"Command: `{shown}`",
              f"Machine: {machine_description()}.",
              f"Workload: {len(anchors)} pairs of `{args.pairs_file}` ({len(set(anchors))} distinct anchors, {corpus} "
              f"candidates), all-MiniLM-L6-v2 vectors computed once ({encode_seconds:.0f} s), {args.num_negatives} "
