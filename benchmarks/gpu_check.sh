@@ -14,14 +14,15 @@
 # Both modes install the checkout as a user would, a plain (non-editable) install into a folder of its own, and run
 # everything from it (the checkout's csekit/ links the top-level folders, so the tests import the same code).
 #
-# The check, on CUDA (--cpu: at tiny sizes on the CPU, in CI through tests/test_benchmarks.py, under a minute):
-#   1. the device tests (tests/test_device.py: gradient caching with the device's random state, fp16 with its
+# The check, on CUDA (--cpu: at tiny sizes on the CPU, in CI through tests/test_benchmarks.py, under a minute), the
+# headline figures first:
+#   1. benchmarks/gpu_throughput.py: SimCSE packed vs padded vs sentence-transformers MNRL, bf16, bert-base-shaped,
+#      eager with a profile, and Trainer.train() through the recipe against SentenceTransformerTrainer;
+#   2. the same compiled (torch.compile, default and CUDA graphs; --torch_compile true through the recipe, with
+#      --torch_compile_mode reduce-overhead too), one inductor cache shared by its runs (GPU only: --cpu skips it);
+#   3. the device tests (tests/test_device.py: gradient caching with the device's random state, fp16 with its
 #      scaler and bf16 cached steps, packed attention on the device; CUDA-only cases of the suite), and the
 #      two-process conformance cases where the machine has 2 GPUs;
-#   2. benchmarks/gpu_throughput.py: SimCSE packed vs padded vs sentence-transformers MNRL, bf16, bert-base-shaped,
-#      eager with a profile, and Trainer.train() through the recipe against SentenceTransformerTrainer;
-#   3. the same compiled (torch.compile, default and CUDA graphs; --torch_compile true through the recipe, with
-#      --torch_compile_mode reduce-overhead too);
 #   4. benchmarks/gradient_cache.py: one supervised batch with and without caching;
 #   5. benchmarks/token_budget.py: --mini_batch_tokens vs --mini_batch_size vs sentence-transformers' token budget.
 # Each step has its own time limit, so a slow one cannot take the others' time; gpu_check.md in the output folder
@@ -150,14 +151,9 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to NAME.log
 }
 rm -f "$output/steps.txt"
 
-gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
-tests=(tests/test_device.py)
-if [ "$mode" = gpu ]; then  # the suite's CUDA-only cases; with 2 GPUs its two-process cases run on them
-  tests+=(tests/test_conformance.py::test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32
-          tests/test_extraction.py::test_gpu_extraction_and_evaluation_match_cpu)
-  [ "$gpus" -ge 2 ] && tests+=(tests/test_conformance.py -k "two_processes or half_precision")
-fi
-step tests "${limits[0]}" env CSEKIT_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider -rs "${tests[@]}"
+# the headline figures first (a step cut by its limit loses its own figures only): throughput eager and compiled,
+# then the device tests, gradient caching and the token budget. One inductor cache serves every compiled step.
+export TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)"
 step gpu_throughput "${limits[1]}" "$python" benchmarks/gpu_throughput.py --device "$device" --st --profile \
   --model-config "$model_config" --data-file "$data_dir/wiki/wiki1m_for_simcse.txt" --output "$output" \
   "${throughput[@]}"
@@ -170,11 +166,19 @@ if [ "${limits[2]}" -gt 0 ]; then  # compiled: on the GPU only (the CPU guards a
     "$output/gpu_throughput_compiled.md"
   rm -rf "$output/compiled"
 fi
+gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
+tests=(tests/test_device.py)
+if [ "$mode" = gpu ]; then  # the suite's CUDA-only cases; with 2 GPUs its two-process cases run on them
+  tests+=(tests/test_conformance.py::test_half_precision_runs_the_encoder_in_half_and_keeps_the_losses_float32
+          tests/test_extraction.py::test_gpu_extraction_and_evaluation_match_cpu)
+  [ "$gpus" -ge 2 ] && tests+=(tests/test_conformance.py -k "two_processes or half_precision")
+fi
+step tests "${limits[0]}" env CSEKIT_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider -rs "${tests[@]}"
 step gradient_cache "${limits[3]}" "$python" benchmarks/gradient_cache.py --device "$device" --output "$output" \
   "${cache[@]}"
 step token_budget "${limits[4]}" "$python" benchmarks/token_budget.py --device "$device" --data-dir "$data_dir" \
   --nli-file "$(nli_file "$data_dir")" --output "$output" "${budget[@]}"
-rm -rf "$site"
+rm -rf "$site" "$TORCHINDUCTOR_CACHE_DIR"
 
 {
   echo
