@@ -16,15 +16,20 @@ sentence-transformers folder.
 from torch import nn
 
 
-def make_bidirectional(encoder: nn.Module) -> None:
-    """Switch ``encoder`` (a decoder of ``DECODER_BACKBONES``) to bidirectional attention, in place."""
+def set_attention_direction(encoder: nn.Module, bidirectional: bool) -> None:
+    """Switch ``encoder`` (a decoder of ``DECODER_BACKBONES``) to bidirectional attention, in place; with
+    ``bidirectional`` false, undo that switch where an earlier one made it (a csekit model fine-tuned without
+    ``--bidirectional`` from a bidirectional one: its encoder is read from that folder). The switch's mark is the
+    backbone config's ``is_causal`` false, which only this function sets; any other encoder is left as it is."""
     attention = [module for module in encoder.modules() if hasattr(module, "is_causal") and module is not encoder]
+    if not bidirectional and getattr(encoder.config, "is_causal", True):
+        return
     if not attention:  # a family whose attention no longer reads the attribute would stay causal: never silently
         raise ValueError(f"{type(encoder).__name__} has no attention module with an is_causal switch, so its "
                          "attention cannot be made bidirectional")
-    encoder.config.is_causal = False
+    encoder.config.is_causal = not bidirectional
     for module in attention:
-        module.is_causal = False
+        module.is_causal = not bidirectional
 
 
-__all__ = ["make_bidirectional"]
+__all__ = ["set_attention_direction"]

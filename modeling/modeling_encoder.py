@@ -13,7 +13,7 @@ from transformers.utils import ModelOutput
 from transformers.utils import logging as transformers_logging
 
 from .adapters import merged_state_dict
-from .bidirectional import make_bidirectional
+from .bidirectional import set_attention_direction
 from .configuration_encoder import SentenceEncoderConfig
 from .decoder_tokenizer import prepare_decoder_tokenizer
 from .encoding import BatchCache, encode_sentences
@@ -27,6 +27,7 @@ from .packing import (
     restore_attention,
     use_packed_attention,
 )
+from .pooler_types import DECODER_BACKBONES
 from .pooling import STATIC_EMBEDDINGS_LAYER, encoder_layer_states, pool
 from .sentence_transformers_layout import (
     PROMPT_NAME,
@@ -152,10 +153,11 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         return model
 
     def set_attention_direction(self) -> None:
-        """Make the encoder's attention bidirectional when the config says so (``bidirectional``, a decoder's
-        conversion: ``bidirectional.py``); a causal decoder and an encoder are left as they are."""
-        if self.config.bidirectional:
-            make_bidirectional(self.encoder)
+        """Make the encoder's attention what the config says (``bidirectional``, a decoder's conversion:
+        ``bidirectional.py``), both ways: an encoder taken from a bidirectional csekit model attends causally again
+        under a config without it. An encoder family is never touched (its attention is bidirectional already)."""
+        if self.config.bidirectional or self.config.encoder_config.model_type in DECODER_BACKBONES:
+            set_attention_direction(self.encoder, self.config.bidirectional)
 
     def take_head_of(self, source: "SentenceEncoderPreTrainedModel", name: str) -> bool:
         """Continue from ``source``'s head (a csekit model this one is fine-tuned from) when it matches this model's

@@ -13,7 +13,6 @@ DECODER_BACKBONES = {
 }
 
 
-
 def causal_pooler_problem(family: str, pooler_type, bidirectional: bool = False):
     """Why ``pooler_type`` pools nothing of a sentence on a ``family`` backbone, or ``None``: on a causal decoder,
     the first-token poolers (and no pooler, read as ``cls``) see the first token alone. A bidirectional one

@@ -67,6 +67,22 @@ def test_a_bidirectional_decoder_equals_llm2vecs_conversion_in_float64(family, d
     assert (csekit_vectors(causal, SENTENCES, "right") - llm2vec_mean(folder, SENTENCES, "right")).abs().max() > 1e-3
 
 
+def test_a_model_trained_from_a_bidirectional_one_attends_as_its_own_config_says(decoders_dir, tmp_path):  # noqa: F811
+    """Fine-tuning starts from a csekit folder's encoder; without ``bidirectional`` the new model attends causally
+    (its config says so, and so does its published folder), with it bidirectionally."""
+    folder = decoders_dir / "qwen3"
+    bidirectional = SimCSEModel.from_encoder(str(folder), pooler_type="avg", bidirectional=True)
+    bidirectional.save_pretrained(tmp_path / "bi")
+    causal = SimCSEModel.from_encoder(str(folder), pooler_type="avg").eval()
+    again = SimCSEModel.from_encoder(str(tmp_path / "bi"), pooler_type="avg").eval()
+    assert not again.config.bidirectional
+    assert all(module.is_causal for module in again.encoder.modules() if hasattr(module, "is_causal"))
+    assert (csekit_vectors(again, SENTENCES, "right") - csekit_vectors(causal, SENTENCES, "right")).abs().max() == 0
+    kept = SimCSEModel.from_encoder(str(tmp_path / "bi"), pooler_type="avg", bidirectional=True).eval()
+    assert (csekit_vectors(kept, SENTENCES, "right")
+            - csekit_vectors(bidirectional.eval(), SENTENCES, "right")).abs().max() == 0
+
+
 def test_a_bidirectional_decoder_may_pool_its_first_token(decoders_dir):  # noqa: F811
     """Under bidirectional attention the first token sees the whole sentence, as an encoder's [CLS] does."""
     config = AutoConfig.from_pretrained(decoders_dir / "llama").to_dict()
