@@ -18,7 +18,7 @@ from csekit.mining.hard_negatives import mine_hard_negatives
 
 SETTINGS = {
     "one, the defaults otherwise": {"num_negatives": 1},
-    "three, margin, skip the first": {"num_negatives": 3, "relative_margin": 0.5, "range_min": 1},
+    "three, margin, skip the first": {"num_negatives": 3, "relative_margin": 0.5, "range_min": 1, "range_max": 20},
     "absolute margin and max score": {"num_negatives": 2, "absolute_margin": 0.3, "max_score": 0.6},
     "random": {"num_negatives": 2, "sampling": "random", "range_max": 12},
     "with a corpus": {"num_negatives": 2, "corpus": True},
