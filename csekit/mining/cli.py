@@ -4,7 +4,6 @@ docstring says what each option means).
     csekit mine MODEL --pairs pairs.csv --output triplets.csv [--num_negatives 1] ...
 """
 
-import math
 import sys
 
 from ..errors import DataError
@@ -55,10 +54,6 @@ def run_mine(args) -> int:
     from ..trainers.data import load_training_dataset
     from .hard_negatives import check_candidates, check_mining_options, mine_hard_negatives, triplets_csv
 
-    for name in ("relative_margin", "absolute_margin", "max_score"):
-        value = getattr(args, name)
-        if value is not None and not math.isfinite(value):
-            raise DataError(f"--{name} {value}: must be a finite number")
     check_mining_options(args.num_negatives, args.range_min, args.range_max, args.relative_margin,
                          args.absolute_margin, args.max_score, args.sampling)
     output = check_output_file(args.output, "--output", [args.model])

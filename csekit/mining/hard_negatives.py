@@ -28,6 +28,7 @@ output), and with the same embeddings the same negatives come out in the same or
 
 import csv
 import io
+import math
 import random
 from typing import Callable, Optional
 
@@ -47,6 +48,10 @@ def check_mining_options(num_negatives: int, range_min: int, range_max: Optional
                          relative_margin: Optional[float], absolute_margin: Optional[float],
                          max_score: Optional[float], sampling: str) -> None:
     """Every option's range, before anything is encoded; one line each."""
+    for name, value in (("relative_margin", relative_margin), ("absolute_margin", absolute_margin),
+                        ("max_score", max_score)):
+        if value is not None and not math.isfinite(value):
+            raise DataError(f"--{name} {value}: must be a finite number")
     if num_negatives < 1:
         raise DataError(f"--num_negatives {num_negatives}: must be 1 or more")
     if range_min < 0:
