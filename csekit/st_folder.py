@@ -12,6 +12,7 @@ real sub-folder inside it, and a module folder holding only pickled weights is r
 folder's files through it too.
 """
 
+import importlib.util
 import json
 from pathlib import Path, PurePosixPath
 from typing import Optional
@@ -19,6 +20,7 @@ from typing import Optional
 from .errors import DataError
 
 MODULES_FILE = "modules.json"
+ADAPTER_CONFIG = "adapter_config.json"  # peft's adapter folder (the Transformer module of --save_adapter's folder)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # the pooling modes of sentence-transformers' old config format (one boolean key each) and csekit's poolers that
 # compute them exactly (pool(): "avg" is the masked mean over every real token, specials included, as theirs)
@@ -128,6 +130,23 @@ def transformer_folder(folder, entries: list) -> Optional[Path]:
         if module_kind(entry) == "Transformer":
             return Path(folder) / entry["path"]
     return None
+
+
+def adapter_base(folder, entries: list) -> Optional[str]:
+    """The base model a folder's Transformer module adapts when that module is a peft adapter (its
+    ``adapter_config.json``'s ``base_model_name_or_path``, what ``--save_adapter`` writes), else ``None``. Such a
+    folder loads only through sentence-transformers with peft installed (it downloads the base model and puts the
+    adapter in); without either, one line naming the extras."""
+    backbone = transformer_folder(folder, entries)
+    if backbone is None or not (backbone / ADAPTER_CONFIG).is_file():
+        return None
+    base = read_json(backbone / ADAPTER_CONFIG).get("base_model_name_or_path") or "an unnamed base model"
+    missing = [package for package in ("sentence_transformers", "peft") if importlib.util.find_spec(package) is None]
+    if missing:
+        raise DataError(f"{folder}: an adapter folder (LoRA weights over {base}), which loads with "
+                        f"sentence-transformers and peft; {' and '.join(missing)} not installed: pip install "
+                        "'csekit[st,peft]'")
+    return base
 
 
 def module_kind(entry: dict) -> str:
@@ -312,7 +331,7 @@ def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: i
 
 
 __all__ = [
-    "MODULES_FILE", "PICKLE_SUFFIXES", "check_family", "declared_family", "describe_modules", "is_st_folder",
-    "load_st_embedder", "module_entries", "module_folders", "module_kind", "pipeline_name", "plain_max_length",
-    "plain_pipeline", "pooling_modes", "transformer_folder",
+    "ADAPTER_CONFIG", "MODULES_FILE", "PICKLE_SUFFIXES", "adapter_base", "check_family", "declared_family",
+    "describe_modules", "is_st_folder", "load_st_embedder", "module_entries", "module_folders", "module_kind",
+    "pipeline_name", "plain_max_length", "plain_pipeline", "pooling_modes", "transformer_folder",
 ]

@@ -30,6 +30,9 @@ MODEL_FOLDER_FILES = (
     "vocab.*", "merges.txt", "*.model", "chat_template*", "generation_config.json", "training_args.*",
     "eval_results.json", "README.md", "comparison.md", "*.png", "modules.json", "config_sentence_transformers.json",
 )
+# the sub-folders a saved model folder is made of besides its sentence-transformers modules: save_adapter's
+# adapter/ (modeling/adapters.py), removed by a commit whose new set lacks it, as a stale file is
+MODEL_FOLDER_DIRS = ("adapter",)
 ARGUMENTS_FILE = "training_args.json"  # the arguments of the run that trained the model, as JSON
 SAVE_WAIT = 60.0  # seconds a save waits for another save into the same folder before refusing
 SAVE_PREFIX = ".csekit-save-"  # a staged save's folder beside its destination: .csekit-save-<pid>-<random>
@@ -139,11 +142,14 @@ def settle_files(paths) -> None:
 
 
 def remove_stale(destination: Path, kept: set, owned) -> None:
-    """Remove ``destination``'s top-level files not in ``kept`` that match ``owned``'s patterns (hidden ones stay)."""
+    """Remove ``destination``'s top-level files not in ``kept`` that match ``owned``'s patterns (hidden ones stay),
+    and for a model folder its stale `MODEL_FOLDER_DIRS`."""
     for path in sorted(destination.iterdir()):
         stale = path.name not in kept and not path.name.startswith(".")
         if path.is_file() and stale and any(fnmatch.fnmatch(path.name, pattern) for pattern in owned):
             os.remove(path)
+        elif path.is_dir() and stale and owned is MODEL_FOLDER_FILES and path.name in MODEL_FOLDER_DIRS:
+            shutil.rmtree(path)
 
 
 def commit_files(staging, destination, marker: str = "config.json", owned=MODEL_FOLDER_FILES) -> Path:

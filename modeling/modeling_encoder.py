@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput
 from transformers.utils import logging as transformers_logging
 
-from .adapters import merged_state_dict
+from .adapters import ADAPTER_FOLDER, adapter_folder_problem, merged_state_dict, write_adapter_folder
 from .bidirectional import set_attention_direction
 from .configuration_encoder import SentenceEncoderConfig
 from .decoder_tokenizer import prepare_decoder_tokenizer
@@ -235,6 +235,12 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         files. The tokenizer is ``model.tokenizer`` (set by the trainer from its ``processing_class``, or loaded from
         the folder the model came from); a model that knows none is refused in one line before anything is written,
         since its folder could encode no text."""
+        save_adapter = kwargs.pop("save_adapter", False) and not self.saving_checkpoint
+        problem = save_adapter and adapter_folder_problem(self)
+        if problem:
+            raise ValueError(f"{type(self).__name__}.save_pretrained({str(save_directory)!r}, save_adapter=True): "
+                             f"{problem}; or save the merged weights (save_adapter=False)")
+        kwargs["save_adapter"] = bool(save_adapter)
         tokenizer = self.known_tokenizer()
         if tokenizer is None and not self.saving_checkpoint:  # (a checkpoint's tokenizer is the trainer's to write)
             raise ValueError(f"{type(self).__name__}.save_pretrained({str(save_directory)!r}): no tokenizer to save "
@@ -248,11 +254,12 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
                 (staging / ARGUMENTS_FILE).write_text(json.dumps(self.training_arguments, indent=2) + "\n",
                                                                encoding="utf-8")
 
-    def write_folder(self, folder, tokenizer, *args, **kwargs) -> None:
+    def write_folder(self, folder, tokenizer, *args, save_adapter: bool = False, **kwargs) -> None:
         """transformers' files, and with a ``tokenizer`` its files and the sentence-transformers files, into
         ``folder`` (for a final save, the staging folder ``save_pretrained`` commits). A model trained with LoRA is
         saved merged (`merged_state_dict`: the backbone's own names, no adapter tensors), so the folder is the plain
-        model it encodes as; a checkpoint keeps its adapters for the resume."""
+        model it encodes as; a checkpoint keeps its adapters for the resume. ``save_adapter`` adds the trained adapter
+        as its own sentence-transformers folder, ``adapter/`` (`write_adapter_folder`)."""
         merged = None if self.saving_checkpoint else merged_state_dict(self, kwargs.get("state_dict"))
         if merged is not None:
             kwargs["state_dict"] = merged
@@ -260,6 +267,8 @@ class SentenceEncoderPreTrainedModel(PreTrainedModel):
         if tokenizer is not None and kwargs.get("is_main_process", True):
             tokenizer.save_pretrained(folder)
             write_sentence_transformers_layout(self, folder, tokenizer, head_in_dense=not self.saving_checkpoint)
+            if save_adapter:
+                write_adapter_folder(self, Path(folder) / ADAPTER_FOLDER, tokenizer)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):

@@ -115,7 +115,7 @@ def sentence_transformers_layout_problem(model) -> Optional[str]:
     return None
 
 
-def _save_weights(tensors: dict, path: Path) -> None:
+def save_weights(tensors: dict, path: Path) -> None:
     """safetensors' ``save_file`` with the mode ``open()`` gives under the umask (it writes owner-only files)."""
     save_file(tensors, path, metadata={"format": "pt"})
     umask = os.umask(0)
@@ -175,11 +175,11 @@ def _split_weights(folder: Path, prefix: str, dense: dict) -> dict:
     encoder = {key: value for key, value in weights.items() if key.startswith(prefix + ".")}
     head = {key: value for key, value in weights.items() if not key.startswith(prefix + ".") and key not in dense}
     (folder / ENCODER_FOLDER).mkdir(exist_ok=True)
-    _save_weights(encoder, folder / ENCODER_FOLDER / "model.safetensors")
+    save_weights(encoder, folder / ENCODER_FOLDER / "model.safetensors")
     weight_map = dict.fromkeys(encoder, f"{ENCODER_FOLDER}/model.safetensors")
     weight_map.update({key: f"{dense[key][0]}/model.safetensors" for key in dense})
     if head:
-        _save_weights(head, folder / HEAD_WEIGHTS)
+        save_weights(head, folder / HEAD_WEIGHTS)
         weight_map.update(dict.fromkeys(head, HEAD_WEIGHTS))
     elif (folder / HEAD_WEIGHTS).exists():  # (written into a folder that held an older save)
         os.remove(folder / HEAD_WEIGHTS)
@@ -257,7 +257,7 @@ def write_sentence_transformers_layout(model, folder, tokenizer, head_in_dense: 
         path = f"{index}_Dense"
         state = {st_key: weights[key].to(torch.float32).contiguous()  # the values transformers saved
                  for key, (dense_folder, st_key) in head_keys.items() if dense_folder == path}
-        _save_weights(state, folder / path / "model.safetensors")
+        save_weights(state, folder / path / "model.safetensors")
     return True
 
 
@@ -311,5 +311,6 @@ def layout_disagreement(model, tokenizer, folder) -> Optional[str]:
     return None
 
 
-__all__ = ["TOP_LEVEL_FILES", "dense_head_keys", "inherited_settings", "layout_disagreement", "layout_json",
-           "sentence_transformers_layout_problem", "weights_with_dense_head", "write_sentence_transformers_layout"]
+__all__ = ["ENCODER_FOLDER", "TOP_LEVEL_FILES", "dense_head_keys", "inherited_settings", "layout_disagreement",
+           "layout_json", "save_weights", "sentence_transformers_layout_problem", "weights_with_dense_head",
+           "write_sentence_transformers_layout"]

@@ -22,6 +22,7 @@ from ..atomic import apply_default_modes, move_into_place, write_json
 from ..errors import DataError
 from ..evaluation.sts import STSEvaluator
 from ..methods import method_of_trainer
+from ..modeling.adapters import adapter_folder_problem
 from ..modeling.configuration_encoder import SentenceEncoderConfig
 from ..modeling.encoding import BatchCache, progress
 from ..modeling.losses import false_negative_mask
@@ -293,6 +294,10 @@ class ContrastiveTrainer(Trainer):
         config = lora_config(args, peft_config)
         if config is not None and model is not None:
             apply_lora(model, config, args)
+        if getattr(args, "save_adapter", False) and model is not None:
+            problem = adapter_folder_problem(model) if config is not None else "the run trains no adapters"
+            if problem:
+                raise DataError(f"--save_adapter: {problem}; or publish the merged weights (the default)")
         return config
 
     @classmethod
@@ -707,6 +712,7 @@ class ContrastiveTrainer(Trainer):
         if self.setup_record is None:  # built in Python: the run's arguments go with the model (recipes add theirs)
             model.training_arguments = self.run_arguments()
         model.save_pretrained(output_dir, is_main_process=self.args.should_save,  # (the others join the gathers)
+                              save_adapter=getattr(self.args, "save_adapter", False),
                               **({"state_dict": state_dict} if state_dict is not None else {}))
 
     def _save(self, output_dir: Optional[str] = None, state_dict=None) -> None:

@@ -22,6 +22,7 @@ from ..preflight import (
     read_model_config,
 )
 from ..st_folder import (
+    adapter_base,
     describe_modules,
     is_st_folder,
     load_st_embedder,
@@ -163,6 +164,8 @@ def _load_st_folder(name_or_path: str, path: Path, max_length: Optional[int], ba
     library what csekit's own reader applies exactly (`csekit.st_folder.plain_pipeline`) or a one-line refusal."""
     entries = module_entries(path)
     backbone = transformer_folder(path, entries)
+    if adapter_base(path, entries) is not None:  # (its backbone's config is the base model's, downloaded)
+        backbone = None
     if backbone is not None and max_length is not None:  # a length past the position embeddings: one line
         check_model_inputs(name_or_path, read_model_config(backbone), load_tokenizer(name_or_path, backbone),
                            max_length, "--max-length")

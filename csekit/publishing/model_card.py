@@ -27,6 +27,7 @@ from ..errors import DataError
 from ..evaluation.sts import STS_COLUMNS, STS_SHORT_NAMES, STS_TASKS, senteval_tasks
 from ..loading import ARGUMENTS_FILE, RESULTS_FILE, resolve_model_path
 from ..methods import method_of_model_type
+from ..modeling.adapters import ADAPTER_CONFIG, ADAPTER_FOLDER
 from ..options import FLAG_NAMES
 from ..preflight import check_output_file, load_tokenizer
 from .figure import CURVE_FILE, FIGURE_FILE, MAX_SENTENCES
@@ -251,6 +252,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
     encoder = config.encoder
     template = card_environment().get_template(card_template(config.model_type))
     comparison = folder / COMPARISON_FILE
+    adapter = folder / ADAPTER_FOLDER / ADAPTER_CONFIG  # --save_adapter's adapter folder
     # save_pretrained writes the sentence-transformers files exactly when the model's inference allows them
     st_problem = None if (folder / "modules.json").is_file() else (
         BIDIRECTIONAL_DECODER if config.bidirectional else NO_SENTENCE_TRANSFORMERS)
@@ -279,6 +281,7 @@ def render_model_card(model_dir, repo_id: Optional[str] = None, license: str = "
         figure_numbers=record.get("figure"),
         curve=Markup(CURVE_FILE) if (folder / CURVE_FILE).is_file() else None,
         sentence_transformers_problem=st_problem,
+        adapter_base=read_json(adapter).get("base_model_name_or_path") if adapter.is_file() else None,
         versions=framework_versions(record),
         sts_aggregations=record.get("sts_aggregations"),
         sts_protocol=record.get("protocol", {}).get("sts"),
