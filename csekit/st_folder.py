@@ -311,17 +311,19 @@ def load_st_embedder(name: str, folder, max_length: Optional[int], batch_size: i
     info = {"model": name, "pooler": pipeline_name(modules), "dimension": model.get_embedding_dimension(),
             "modules": modules, "prompt": st_settings(folder)["prompt"], "max_length": model.max_seq_length}
 
-    def embed(sentences):
+    def embed(sentences, prompt=None):
         # SentenceTransformer.encode's own batches (its longest-first order), run a few batches a call so that the
-        # bar is csekit's: titled with what is encoded, and lines rather than redraws away from a terminal
+        # bar is csekit's: titled with what is encoded, and lines rather than redraws away from a terminal; prompt:
+        # in place of the folder's default one (None: the folder's)
         sentences = list(sentences)
+        prompted = {} if prompt is None else {"prompt": prompt}
         order = np.argsort([-len(sentence) for sentence in sentences], kind="stable")
         chunk = ST_CHUNK_BATCHES * batch_size
         vectors = None
         for start in progress(range(0, len(sentences), chunk), disable=len(sentences) <= 10 * batch_size):
             rows = order[start:start + chunk]
             part = model.encode([sentences[row] for row in rows], batch_size=batch_size, convert_to_numpy=True,
-                                show_progress_bar=False)
+                                show_progress_bar=False, **prompted)
             if vectors is None:
                 vectors = np.empty((len(sentences), part.shape[1]), dtype=part.dtype)
             vectors[rows] = part

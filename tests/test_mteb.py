@@ -158,3 +158,62 @@ def test_mteb_results_without_mteb_and_an_output_folder_are_refused_in_one_line(
     assert cli.main(["evaluate", str(saved_tiny_model), "--output", f"{tmp_path / 'new'}/"]) == 2
     assert "is a folder" in capsys.readouterr().err
     assert not (tmp_path / "new").exists() and not (tmp_path / "r").exists()
+
+
+# mteb picks the task name's prompt over the task type's; the second key is mteb's composed form
+PROMPTS = {"STS": "A sentence: ", "STSBenchmark": "Represent the meaning of this sentence: ",
+           "Retrieval-query": "Find the passage for: "}
+MTEB_WRAPPER = """
+import json, sys
+import mteb
+from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
+from sentence_transformers import SentenceTransformer
+
+folder, prompts = sys.argv[1], json.loads(sys.argv[2])
+model = SentenceTransformerEncoderWrapper(SentenceTransformer(folder, device="cpu"), model_prompts=prompts)
+result = mteb.evaluate(model, [mteb.get_task("STSBenchmark")], cache=None, show_progress_bar=False)
+print(json.dumps(100 * result.task_results[0].get_score()))
+"""
+
+
+def test_mteb_prompts_are_picked_and_applied_as_mtebs_own_sentence_transformers_wrapper_does(
+        saved_tiny_model, data_dir, tmp_path):
+    """The oracle is mteb's own SentenceTransformerEncoderWrapper on the folder with the same model_prompts."""
+    pytest.importorskip("sentence_transformers")
+    home = {"HF_HOME": str(tmp_path / "hf")}
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps(PROMPTS))
+    with FakeHub(stsbenchmark_repo(data_dir)) as hub:
+        run = evaluate(str(saved_tiny_model), "--mteb", "STSBenchmark", "--mteb-prompts", str(prompts), "--output",
+                       str(tmp_path / "prompted.json"), cwd=tmp_path,
+                       env={**home, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    plain = evaluate(str(saved_tiny_model), "--mteb", "STSBenchmark", "--output", str(tmp_path / "plain.json"),
+                     cwd=tmp_path, env={**home, "HF_HUB_OFFLINE": "1"})
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    oracle = subprocess.run([sys.executable, "-c", MTEB_WRAPPER, str(saved_tiny_model), json.dumps(PROMPTS)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, **home, "HF_HUB_OFFLINE": "1"})
+    assert oracle.returncode == 0, oracle.stderr[-3000:]
+    prompted = json.loads((tmp_path / "prompted.json").read_text())
+    score = prompted["mteb"]["STSBenchmark"]
+    assert abs(score - float(oracle.stdout.strip().splitlines()[-1])) <= 0.01
+    assert abs(score - json.loads((tmp_path / "plain.json").read_text())["mteb"]["STSBenchmark"]) > 0.05  # live
+    assert prompted["protocol"]["mteb"]["prompts"] == PROMPTS
+
+
+def test_mteb_prompts_mteb_cannot_read_are_one_line_before_any_work(saved_tiny_model, tmp_path, capsys):
+    from csekit import cli
+
+    unread = "--mteb-prompts: Foo-query, NoSuchTask: not keys mteb reads (a task name, a task type, query / document"
+    for content, line in ((json.dumps({"NoSuchTask": "x: ", "STS": "y: ", "Foo-query": "z: "}), unread),
+                          (json.dumps({"STS": ""}), "--mteb-prompts: a JSON object of non-blank prompts"),
+                          ("[1]", "--mteb-prompts: a JSON object"), ("{", "not valid JSON")):
+        path = tmp_path / "prompts.json"
+        path.write_text(content)
+        output = tmp_path / "out.json"
+        assert cli.main(["evaluate", str(saved_tiny_model), "--mteb", "STSBenchmark", "--mteb-prompts", str(path),
+                         "--output", str(output)]) == 2
+        assert line in capsys.readouterr().err and not output.exists()
+    assert cli.main(["evaluate", str(saved_tiny_model), "--mteb-prompts", str(path)]) == 2
+    assert "--mteb-prompts gives instructions for MTEB tasks: it needs --mteb" in capsys.readouterr().err

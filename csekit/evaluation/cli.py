@@ -6,6 +6,7 @@
     csekit evaluate MODEL --mteb STSBenchmark.v2 STS12 [--output r.json]   # the mteb package, mteb's data
 """
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -35,6 +36,11 @@ def add_evaluate_parser(subparsers) -> None:
                         help="MTEB tasks run by the mteb package (pip install 'csekit[mteb]'), e.g. STSBenchmark.v2 "
                         "STS12; task data through the Hugging Face datasets cache (HF_HUB_OFFLINE=1: cached only), "
                         "read before any other suite runs.")
+    parser.add_argument("--mteb-prompts", metavar="FILE", default=None,
+                        help="A JSON object of instructions for --mteb, keyed as mteb keys a model's prompts: a task "
+                        "name, a task type, query / document, or <task or type>-<query|document> (mteb picks the most "
+                        "specific). Each replaces the model's default prompt where it applies. Default: the prompts "
+                        "of the folder's config_sentence_transformers.json that mteb reads.")
     parser.add_argument("--mteb-results", metavar="DIR", default=None,
                         help="Where mteb's results files go, laid out as mteb's results repository "
                         "(DIR/results/<model>/<revision>/<task>.json + model_meta.json). Default: the folder of "
@@ -104,11 +110,13 @@ def score_suites(args, suites: list, data_dir, embed, device, protocol: dict, re
 def score_mteb(args, embed, mteb_tasks, protocol: dict, record: dict) -> None:
     """The MTEB tasks through the mteb package into ``record``, and their table."""
     from ..loading import resolve_model_path
-    from .mteb_suite import evaluate_mteb, model_meta, write_mteb_results
+    from .mteb_suite import evaluate_mteb, model_meta, mteb_prompts, write_mteb_results
     from .suites import format_table
 
-    meta = model_meta(args.model, resolve_model_path(args.model, any_pipeline=True))
-    record["mteb"], protocol["mteb"], result = evaluate_mteb(embed, meta, mteb_tasks)
+    path = resolve_model_path(args.model, any_pipeline=True)
+    meta = model_meta(args.model, path)
+    prompts = mteb_prompts(path, args.mteb_prompts)
+    record["mteb"], protocol["mteb"], result = evaluate_mteb(embed, meta, mteb_tasks, prompts)
     print("\n" + format_table({args.model: record["mteb"]}, f"MTEB {protocol['mteb']['version']} (main score x100, "
                                "mteb's task names and datasets)"))
     folder = args.mteb_results or (str(Path(args.output).parent) if args.output else None)
@@ -186,6 +194,18 @@ def run_evaluate(args) -> int:
     suites = requested_suites(args)
     if args.mteb_results and not args.mteb:
         raise DataError("--mteb-results says where mteb's results files go: it needs --mteb TASK [TASK ...]")
+    if args.mteb_prompts and not args.mteb:
+        raise DataError("--mteb-prompts gives instructions for MTEB tasks: it needs --mteb TASK [TASK ...]")
+    if args.mteb_prompts:  # read and checked by mteb's rules before any work
+        from .mteb_suite import mteb_prompts
+
+        try:
+            given = json.loads(Path(args.mteb_prompts).read_text(encoding="utf-8"))
+        except OSError as error:
+            raise DataError(f"--mteb-prompts {args.mteb_prompts}: cannot read it ({error.strerror})") from None
+        except ValueError as error:
+            raise DataError(f"--mteb-prompts {args.mteb_prompts}: not valid JSON ({error})") from None
+        args.mteb_prompts = mteb_prompts(None, given)
     device = resolve_device(args.device)  # a bad --device fails before any data is read
     into_folder = folder_record_target(args)
     if into_folder is not None:

@@ -103,7 +103,8 @@ def load_embedder(
     if truncate_dim > info["dimension"]:
         raise DataError(f"--truncate-dim {truncate_dim}: {name_or_path} returns {info['dimension']}-dimensional "
                         "vectors")
-    return (lambda sentences: embed(sentences)[:, :truncate_dim]), {**info, "truncate_dim": truncate_dim}
+    return (lambda sentences, prompt=None: embed(sentences, prompt)[:, :truncate_dim]), {**info,
+                                                                                         "truncate_dim": truncate_dim}
 
 
 def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optional[int], batch_size: int,
@@ -129,9 +130,9 @@ def _load_embedder(name_or_path: str, pooler: Optional[str], max_length: Optiona
         model.tokenizer = tokenizer
         info = {"model": name_or_path, "pooler": model.config.pooler_type, "dimension": model.config.embedding_size}
 
-        def embed(sentences):
+        def embed(sentences, prompt=None):  # prompt: in place of the model's own (None: the model's)
             return finite_embeddings(name_or_path, model.encode(sentences, batch_size=batch_size,
-                                                                max_length=max_length))
+                                                                max_length=max_length, prompt=prompt))
 
         return embed, info
     if config.model_type in DECODER_BACKBONES:  # pooled and tokenized as csekit trains a decoder
@@ -152,8 +153,9 @@ def _load_plain(name_or_path: str, path, tokenizer, pooler: str, max_length: Opt
     encoder = HFSentenceEncoder(model, tokenizer, pooler, pooling_layers)
     info = {**(info or {}), **({"pooling_layers": pooling_layers} if pooling_layers else {})}
 
-    def embed(sentences):
-        vectors = encode_sentences(encoder.embed_batch, tokenizer, sentences, batch_size, max_length, device)
+    def embed(sentences, prompt=None):  # prompt: prepended to each text, as sentence-transformers prepends one
+        texts = [prompt + sentence for sentence in sentences] if prompt else sentences
+        vectors = encode_sentences(encoder.embed_batch, tokenizer, texts, batch_size, max_length, device)
         return finite_embeddings(name_or_path, vectors.numpy())
 
     return embed, {"model": name_or_path, "pooler": pooler, "dimension": model.config.hidden_size, **info}
@@ -172,7 +174,7 @@ def _load_st_folder(name_or_path: str, path: Path, max_length: Optional[int], ba
     loaded = load_st_embedder(name_or_path, path, max_length, batch_size, device)
     if loaded is not None:
         embed, info = loaded
-        return (lambda sentences: finite_embeddings(name_or_path, embed(sentences))), info
+        return (lambda sentences, prompt=None: finite_embeddings(name_or_path, embed(sentences, prompt))), info
     pooler = plain_pipeline(name_or_path, path, entries)  # a root Transformer, or a one-line refusal
     tokenizer = load_tokenizer(name_or_path, path)
     check_model_inputs(name_or_path, read_model_config(path), tokenizer, max_length, "--max-length")

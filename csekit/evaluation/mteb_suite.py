@@ -11,6 +11,12 @@ is not read (every call scores); [`write_mteb_results`][csekit.evaluation.mteb_s
 results files, in the layout of mteb's
 results repository (``results/<model>/<revision>/<task>.json`` and ``model_meta.json``), where the caller says.
 
+Instructions per task follow mteb's own rules (`mteb_prompts`): a dict of prompts keyed as mteb keys a model's
+``model_prompts`` (a task name, a task type, ``query`` / ``document``, or ``<task or type>-<query|document>``),
+given with ``--mteb-prompts FILE``, over the prompts the folder's sentence-transformers config names (as mteb's own
+sentence-transformers wrapper takes ``model.prompts``). For each batch mteb's ``get_prompt_name`` picks one, which
+replaces the model's default prompt; where none applies the model encodes as it always does.
+
 Results are kept under mteb's task names and dataset ids, apart from the SentEval scores: MTEB's ``SICK-R`` is the
 9,927-pair ``mteb/sickr-sts``, SentEval's ``SICKRelatedness`` the 4,927-pair test file; the two are different
 numbers.
@@ -18,7 +24,7 @@ numbers.
 
 import warnings
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -70,20 +76,67 @@ def model_meta(model_name: str, path: str):
                                    "framework": ["PyTorch"]})
 
 
-def mteb_encoder(embed: Callable[[list], np.ndarray], meta):
-    """An mteb encoder (``AbsEncoder``) whose ``encode`` returns ``embed`` of the batches' texts; ``meta`` is its
-    ``ModelMeta`` ([`model_meta`][csekit.evaluation.mteb_suite.model_meta])."""
+def mteb_prompts(path, given: Optional[dict] = None) -> dict:
+    """The prompts mteb picks from for each task (its ``model_prompts``): ``given`` (``--mteb-prompts``) over the
+    prompts of the folder's ``config_sentence_transformers.json``, as mteb's sentence-transformers wrapper merges
+    them (``given`` wins whole). Keys mteb does not read are left out of the folder's (its ``default``, which the
+    model applies anyway) and are one line in ``given``, as are prompts that are not text."""
     _require_mteb()
     from mteb.models.abs_encoder import AbsEncoder
+
+    from ..st_folder import FAMILY_FILE, read_json
+
+    if given is not None:
+        if not isinstance(given, dict) or not all(isinstance(value, str) and value.strip() for value in
+                                                  given.values()):
+            raise DataError("--mteb-prompts: a JSON object of non-blank prompts, keyed by task name, task type, "
+                            "query / document, or <task or type>-<query|document>")
+        unread = sorted(set(given) - set(readable_prompts(AbsEncoder, given)))
+        if unread:
+            raise DataError(f"--mteb-prompts: {', '.join(unread)}: not keys mteb reads (a task name, a task type, "
+                            "query / document, or <task or type>-<query|document>)")
+        return dict(given)
+    settings = Path(path) / FAMILY_FILE
+    own = (read_json(settings).get("prompts") or {}) if settings.is_file() else {}
+    return readable_prompts(AbsEncoder, {key: value for key, value in own.items() if isinstance(value, str) and value})
+
+
+def readable_prompts(encoder_class, prompts: dict) -> dict:
+    """The entries of ``prompts`` whose keys mteb reads (its ``validate_task_to_prompt_name``), without the warning
+    and log lines mteb writes for the others (each lists every task mteb knows)."""
+    import logging
+
+    quiet = logging.getLogger("mteb")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            resolved, _ = encoder_class.validate_task_to_prompt_name(prompts, raise_for_invalid_keys=False)
+    finally:
+        quiet.setLevel(level)
+    return dict(resolved or {})
+
+
+def mteb_encoder(embed: Callable[[list], np.ndarray], meta, prompts: Optional[dict] = None):
+    """An mteb encoder (``AbsEncoder``) whose ``encode`` returns ``embed`` of the batches' texts; ``meta`` is its
+    ``ModelMeta`` ([`model_meta`][csekit.evaluation.mteb_suite.model_meta]). ``prompts``
+    ([`mteb_prompts`][csekit.evaluation.mteb_suite.mteb_prompts]): the one mteb's ``get_prompt_name`` picks for a
+    task and prompt type is given to ``embed`` in place of the model's own."""
+    _require_mteb()
+    from mteb.models.abs_encoder import AbsEncoder, get_prompt_name
 
     class CSEKitMTEBEncoder(AbsEncoder):
         def __init__(self):
             self.model = None
             self.mteb_model_meta = meta
+            self.model_prompts = prompts or None
 
         def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs):
             texts = [text for batch in inputs for text in batch["text"]]
-            return np.asarray(embed(texts), dtype=np.float32)
+            name = get_prompt_name(self.model_prompts, task_metadata, prompt_type)
+            vectors = embed(texts, self.model_prompts[name]) if name else embed(texts)
+            return np.asarray(vectors, dtype=np.float32)
 
     return CSEKitMTEBEncoder()
 
@@ -112,14 +165,15 @@ def load_mteb_tasks(task_names: Sequence[str]) -> list:
     return tasks
 
 
-def evaluate_mteb(embed: Callable[[list], np.ndarray], meta, tasks: list) -> tuple:
+def evaluate_mteb(embed: Callable[[list], np.ndarray], meta, tasks: list, prompts: Optional[dict] = None) -> tuple:
     """``({task: main score x100}, {"version", "tasks": {task: {"dataset", "revision", "splits", "main_score"}}},
     mteb's ModelResult)`` for mteb task objects ([`load_mteb_tasks`][csekit.evaluation.mteb_suite.load_mteb_tasks]) and
     the model's ``ModelMeta``
-    ([`model_meta`][csekit.evaluation.mteb_suite.model_meta])."""
+    ([`model_meta`][csekit.evaluation.mteb_suite.model_meta]); with ``prompts``
+    ([`mteb_prompts`][csekit.evaluation.mteb_suite.mteb_prompts]) the protocol holds them."""
     mteb = _require_mteb()
     try:
-        result = mteb.evaluate(mteb_encoder(embed, meta), tasks, cache=None, show_progress_bar=False)
+        result = mteb.evaluate(mteb_encoder(embed, meta, prompts), tasks, cache=None, show_progress_bar=False)
     except ConnectionError as error:
         raise DataError(f"--mteb: {error}; the task data is read from the Hub through the Hugging Face datasets "
                         "cache: run once online, then HF_HUB_OFFLINE=1 works") from None
@@ -128,7 +182,7 @@ def evaluate_mteb(embed: Callable[[list], np.ndarray], meta, tasks: list) -> tup
                                      "revision": task.metadata.dataset["revision"],
                                      "splits": list(task.metadata.eval_splits),
                                      "main_score": task.metadata.main_score} for task in tasks}
-    return scores, {"version": mteb.__version__, "tasks": protocol}, result
+    return scores, {"version": mteb.__version__, "tasks": protocol, **({"prompts": prompts} if prompts else {})}, result
 
 
 def write_mteb_results(result, meta, folder) -> list:
@@ -144,4 +198,4 @@ def write_mteb_results(result, meta, folder) -> list:
     return [cache.get_task_result_path(task.task_name, meta) for task in result.task_results]
 
 
-__all__ = ["evaluate_mteb", "load_mteb_tasks", "model_meta", "mteb_encoder", "write_mteb_results"]
+__all__ = ["evaluate_mteb", "load_mteb_tasks", "model_meta", "mteb_encoder", "mteb_prompts", "write_mteb_results"]

@@ -267,7 +267,10 @@ def load_onnx_embedder(folder, batch_size: int = 64, max_length: Optional[int] =
     session = inference_session(Path(folder) / GRAPH_FILE)
     length = max_length or record.get("max_length")
 
-    def embed(sentences):
+    def embed(sentences, prompt=None):
+        if prompt:
+            raise DataError(f"{folder}: an ONNX export runs its graph on tokenized text and cannot prepend the prompt "
+                            f"{prompt!r}")
         return onnx_vectors(session, tokenizer, list(sentences), length, batch_size)
 
     info = {"model": str(folder), "pooler": "onnx graph", "backend": "onnx", "dimension": record["dimension"],
