@@ -9,15 +9,16 @@ linear layer of the decoder, last-token pooling, temperature 0.05 (= MNRL scale 
 wiki1m sentences (each sentence is its own positive; dropout makes the views differ):
 
 * csekit: ``csekit train simcse --pooler_type last_token --lora_r R`` (the recipe's model, collator, trainer and
-  arguments; packed batches, its default, where the positions restart at every sentence);
+  arguments; packed batches, its default: the positions restart at every sentence and each sentence attends
+  causally within itself), and the same with ``--padding_free false`` (padded batches, ``csekit padded``);
 * sentence-transformers: ``SentenceTransformer([Transformer, Pooling("lasttoken")])`` + ``add_adapter(LoraConfig)``
   (peft, through transformers' integration) + ``MultipleNegativesRankingLoss`` + ``SentenceTransformerTrainer``,
   which pads each column on its own.
 
 A callback times the optimizer steps after ``--warmup`` of them, end to end (collation, forward, loss, backward,
 clipping, AdamW, the Trainer's bookkeeping); the sides alternate round by round with a fresh model each round.
-Reported: median and min-max wall and process-CPU seconds per step, and the per-round ratio
-sentence-transformers / csekit (> 1: csekit is faster).
+Reported: median and min-max wall and process-CPU seconds per step, and the per-round ratios
+sentence-transformers / csekit and csekit padded / csekit (> 1: csekit's default is faster).
 
     OMP_NUM_THREADS=2 python benchmarks/decoder_lora.py [--steps 6] [--warmup 1] [--rounds 5] [--output DIR]
 """
@@ -75,6 +76,12 @@ def st_lora_model(folder: Path, hidden: int, rank: int, device):
     return model
 
 
+def ratios(timings: dict, faster: str, slower: str) -> tuple:
+    """The per-round ratios ``slower / faster`` of wall and CPU seconds per step."""
+    pairs = list(zip(timings[faster], timings[slower]))
+    return [s["wall"] / f["wall"] for f, s in pairs], [s["cpu"] / f["cpu"] for f, s in pairs]
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=6, help="Optimizer steps per round (the first --warmup untimed).")
@@ -103,21 +110,24 @@ def main(argv=None):
         timings = interleaved({
             "csekit": lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device,
                                                  extra_flags=flags),
+            "csekit padded": lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device,
+                                                        extra_flags=flags + ["--padding_free", "false"]),
             "sentence-transformers": lambda: st_trainer_run(
                 lambda: st_lora_model(decoder, args.hidden, args.lora_r, device), sentences, args.steps,
                 args.warmup, device),
         }, args.rounds, warmup=False)
     rows = [f"| {side} | {format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} |"
             for side, runs in timings.items()]
-    walls = [s["wall"] / c["wall"] for c, s in zip(timings["csekit"], timings["sentence-transformers"])]
-    cpus = [s["cpu"] / c["cpu"] for c, s in zip(timings["csekit"], timings["sentence-transformers"])]
+    walls, cpus = ratios(timings, "csekit", "sentence-transformers")
+    padded_walls, padded_cpus = ratios(timings, "csekit", "csekit padded")
     lines = [f"Command: `{shown}`", f"Machine: {machine_description()}", "",
              f"**Qwen3-shaped decoder** ({args.layers} x {args.hidden}, random weights, BPE of {args.vocab} tokens), "
              f"LoRA r {args.lora_r} on every linear layer, last-token pooling, unsupervised SimCSE on wiki1m, batch 64 "
              f"x max length {MAX_LENGTH}, {args.steps} steps a round ({args.warmup} untimed), {args.rounds} rounds.",
              "", "| side | wall s/step, median (min–max) | CPU s/step |", "|---|---:|---:|", *rows, "",
-             f"Per-round ratio sentence-transformers / csekit: wall **{format_spread(walls)}**, CPU "
-             f"{format_spread(cpus)}.", ""]
+             f"Per-round ratios, wall (CPU): sentence-transformers / csekit **{format_spread(walls)}** "
+             f"({format_spread(cpus)}); csekit padded / csekit {format_spread(padded_walls)} "
+             f"({format_spread(padded_cpus)}).", ""]
     print("\n".join(lines))
     if args.output:
         record = {"command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
@@ -125,7 +135,8 @@ def main(argv=None):
                   "lora_r": args.lora_r, "seconds_per_step": {s: [r["wall"] for r in runs] for s, runs in
                                                               timings.items()},
                   "cpu_seconds_per_step": {s: [r["cpu"] for r in runs] for s, runs in timings.items()},
-                  "ratio_wall": spread(walls), "ratio_cpu": spread(cpus)}
+                  "ratio_wall": spread(walls), "ratio_cpu": spread(cpus), "padded_ratio_wall": spread(padded_walls),
+                  "padded_ratio_cpu": spread(padded_cpus)}
         write_outputs(args.output, "decoder_lora", record, "\n".join(lines) + "\n")
 
 

@@ -35,11 +35,12 @@ random draws differs (draws for padding, in every layer of the padded path and i
 discarded), so the same seed gives the two paths different per-position masks, with the same distribution over the
 real tokens.
 
-What it implements, and nothing else. Within-sentence, bidirectional attention, with a backbone's local window
-(``sliding_window``, ModernBERT's local layers) applied inside each block: a query attends to the keys of its own
-sentence less than ``sliding_window`` positions away (flash-attention's convention, which the backbone's
-``sliding_window`` argument follows; its padded mask is the same band). Any other attention feature (causal
-masking, logit softcapping, an extra mask or bias) raises
+What it implements, and nothing else. Within-sentence attention, bidirectional or, for a module that attends causally
+(a decoder's ``is_causal``), causal inside each sentence, with a backbone's local window (``sliding_window``,
+ModernBERT's local layers, Mistral's) applied inside each block: a query attends to the keys of its own sentence less
+than ``sliding_window`` positions away (flash-attention's convention, which the backbone's ``sliding_window`` argument
+follows; its padded mask is the same band), and under causal attention only to those at or before it. Any other
+attention feature (logit softcapping, an extra mask or bias) raises
 [`PackingUnsupported`][csekit.modeling.packing.PackingUnsupported], and the model's
 `packing_mismatch` probe, run before training, then turns packing off. No ``N x N`` mask is ever built: a
 packed row's mask builder returns ``None`` and each block's mask is ``(sentences, longest, longest)`` at most.
@@ -188,8 +189,7 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
                                           scaling=scaling, **kwargs)
         cu_seq_lens = kwargs["cu_seq_lens_q"]
         packed = PackedSequences.from_lengths(cu_seq_lens[1:] - cu_seq_lens[:-1])
-    if getattr(module, "is_causal", False):
-        raise PackingUnsupported(f"{type(module).__name__} attends causally")
+    causal = getattr(module, "is_causal", False)  # a decoder's: each token sees its sentence's tokens up to itself
     if kwargs.get("softcap") is not None:
         raise PackingUnsupported(f"{type(module).__name__} softcaps its attention logits")
     if attention_mask is not None:
@@ -208,9 +208,11 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         q, k, v = (states[first : first + count * longest].view(count, longest, heads, dim).transpose(1, 2)
                    for states in (query, key, value))
         mask = key_mask[:, None, None, :]
+        offsets = torch.arange(longest, device=key_mask.device)
         if window is not None and longest > window:  # the local window, inside each sentence (longest x longest)
-            offsets = torch.arange(longest, device=key_mask.device)
             mask = mask & ((offsets[:, None] - offsets[None, :]).abs() < window)[None, None]
+        if causal:  # (a sentence's tokens start its block's row, so the triangle is within the sentence)
+            mask = mask & (offsets[:, None] >= offsets[None, :])[None, None]
         output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
         outputs.append(output.transpose(1, 2).reshape(count * longest, heads, dim))
     return torch.cat(outputs)[packed.block_index][None], None  # rows of padding queries are dropped here

@@ -217,3 +217,33 @@ def test_every_method_that_takes_a_decoder_trains_one_at_both_ends_of_its_folder
     assert np.isfinite(vectors).all()
     if (out / "modules.json").is_file():
         assert np.abs(SentenceTransformer(str(out), device="cpu").encode(SENTENCES) - vectors).max() <= 1e-6
+
+
+# ------------------------------------------------------------------------------------------------ packing
+@pytest.mark.parametrize("family", [*sorted(DECODER_BACKBONES), "mistral-window-2"])
+def test_a_causal_decoder_packs_exactly_with_positions_restarting_per_sentence(family, decoders_dir, tmp_path):
+    """A packed row of a causal decoder (csekit's packed attention: causal inside each sentence, and inside
+    Mistral's sliding window) pools as transformers' own padded causal attention does, in float64, for every token
+    (mean pooling); the model's probe therefore trains it packed."""
+    folder = decoders_dir / family.split("-")[0]
+    if family == "mistral-window-2":  # a window shorter than the sentences: the band applies inside each one
+        config = AutoConfig.from_pretrained(folder, sliding_window=2)
+        torch.manual_seed(0)
+        AutoModel.from_config(config).save_pretrained(tmp_path)
+        AutoTokenizer.from_pretrained(folder).save_pretrained(tmp_path)
+        folder = tmp_path
+    model = SimCSEModel.from_encoder(str(folder), pooler_type="avg").double().eval()
+    ids = [model.tokenizer(text)["input_ids"] for text in SENTENCES]
+    mask = padded([len(row) for row in ids], left=False)
+    tokens = torch.zeros_like(mask)
+    for row, sentence in enumerate(ids):
+        tokens[row, :len(sentence)] = torch.tensor(sentence)
+    with torch.no_grad():
+        expected = model.pool_tokens(tokens, mask)  # transformers' causal (and windowed) mask, padded
+        assert model.use_packed_attention_if_exact(ids) is None
+        row = torch.tensor([token for sentence in ids for token in sentence])[None]
+        lengths = torch.tensor([[len(sentence)] for sentence in ids])
+        packed = model.pool_packed(row, lengths)
+        laid_out = model.pool_packed(row, lengths, layout=mask)  # one block at the padded width (compiled, GPU)
+    assert (packed - expected).abs().max() <= 1e-10 * expected.abs().max()
+    assert (laid_out - expected).abs().max() <= 1e-10 * expected.abs().max()
