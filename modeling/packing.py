@@ -248,11 +248,12 @@ def position_offset(encoder: PreTrainedModel) -> int:
 
 def packing_unsupported(encoder: PreTrainedModel) -> Optional[str]:
     """Why ``encoder`` cannot run packed batches, or ``None`` when it can: it must pick its attention function
-    through ``AttentionInterface`` and take ``position_ids``."""
+    through ``AttentionInterface`` and take ``position_ids``: an encoder's ``.embeddings`` add position embeddings of
+    them, a decoder's rotary embedding (``.rotary_emb``) rotates by them."""
     if not getattr(encoder, "_supports_attention_backend", False):
         return f"{type(encoder).__name__} does not select its attention through transformers' AttentionInterface"
-    if not hasattr(encoder, "embeddings"):
-        return f"{type(encoder).__name__} has no .embeddings taking position ids"
+    if not hasattr(encoder, "embeddings") and not hasattr(encoder, "rotary_emb"):
+        return f"{type(encoder).__name__} has neither .embeddings nor a rotary embedding taking position ids"
     return None
 
 

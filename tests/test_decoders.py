@@ -22,6 +22,7 @@ from csekit.modeling import SimCSEConfig, SimCSEModel
 from csekit.modeling.pooling import pool
 from csekit.preflight import DECODER_BACKBONES, check_method_backbone, prepare_decoder_tokenizer
 from csekit.trainers import CSETrainingArguments, SimCSETrainer
+from csekit.trainers.collators import enable_padding_free
 
 EOS = "<|endoftext|>"
 SMALL = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
@@ -232,6 +233,8 @@ def test_a_causal_decoder_packs_exactly_with_positions_restarting_per_sentence(f
         AutoModel.from_config(config).save_pretrained(tmp_path)
         AutoTokenizer.from_pretrained(folder).save_pretrained(tmp_path)
         folder = tmp_path
+    trained = SimCSEModel.from_encoder(str(folder), pooler_type="last_token")
+    assert enable_padding_free(trained, trained.tokenizer, 24) is True  # what a run decides before its first step
     model = SimCSEModel.from_encoder(str(folder), pooler_type="avg").double().eval()
     ids = [model.tokenizer(text)["input_ids"] for text in SENTENCES]
     mask = padded([len(row) for row in ids], left=False)
