@@ -56,7 +56,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, PreTrainedConfig, PreTrainedModel
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 PACKED_ATTENTION = "csekit_packed"
@@ -196,6 +196,8 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         raise PackingUnsupported(f"{type(module).__name__} passes an attention mask or bias of its own")
     window = kwargs.get("sliding_window")
     heads, dim = query.shape[1], query.shape[-1]
+    if key.shape[1] != heads:  # grouped-query attention: query head h reads key/value head h // (heads / kv heads)
+        key, value = repeat_kv(key, heads // key.shape[1]), repeat_kv(value, heads // value.shape[1])
     rows = sum(count * longest for _, count, longest, _ in packed.blocks)
 
     def scatter(states):  # (1, heads, N, dim) -> (block rows, heads, dim), zeros on padding

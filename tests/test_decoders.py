@@ -221,14 +221,17 @@ def test_every_method_that_takes_a_decoder_trains_one_at_both_ends_of_its_folder
 
 
 # ------------------------------------------------------------------------------------------------ packing
-@pytest.mark.parametrize("family", [*sorted(DECODER_BACKBONES), "mistral-window-2"])
+@pytest.mark.parametrize("family", [*sorted(DECODER_BACKBONES), "mistral-window-2", "qwen3-heads-4-2"])
 def test_a_causal_decoder_packs_exactly_with_positions_restarting_per_sentence(family, decoders_dir, tmp_path):
     """A packed row of a causal decoder (csekit's packed attention: causal inside each sentence, and inside
     Mistral's sliding window) pools as transformers' own padded causal attention does, in float64, for every token
     (mean pooling); the model's probe therefore trains it packed."""
     folder = decoders_dir / family.split("-")[0]
-    if family == "mistral-window-2":  # a window shorter than the sentences: the band applies inside each one
-        config = AutoConfig.from_pretrained(folder, sliding_window=2)
+    if family != folder.name:  # a window shorter than the sentences: the band applies inside each one; or
+        # grouped-query attention with two key/value heads, each read by two query heads
+        changes = {"sliding_window": 2} if "window" in family else {"num_attention_heads": 4, "num_key_value_heads": 2,
+                                                                     "head_dim": 8}
+        config = AutoConfig.from_pretrained(folder, **changes)
         torch.manual_seed(0)
         AutoModel.from_config(config).save_pretrained(tmp_path)
         AutoTokenizer.from_pretrained(folder).save_pretrained(tmp_path)
