@@ -226,8 +226,9 @@ class CSETrainingArguments(TrainingArguments):
         "help": "The layers that get adapters, by name (q_proj v_proj ...), or all-linear: every linear layer of the "
                 "backbone (on a decoder the q, k, v, o, gate, up and down projections, as LLM2Vec)."})
     save_adapter: bool = field(default=False, metadata={
-        "help": "With --lora_r: publish the trained adapter (peft's adapter folder over the backbone's Hub id, which "
-                "sentence-transformers and AutoModel load with peft installed) in place of the merged weights."})
+        "help": "With --lora_r: also publish the trained adapter alone, beside the merged weights: "
+                "OUTPUT_DIR/adapter/, a sentence-transformers folder over the backbone's Hub id that "
+                "SentenceTransformer loads with peft."})
     keep_checkpoints: bool = field(default=False, metadata={
         "help": "Keep the checkpoint-N folders (optimizer state, for resuming) after the run; by default they are "
                 "removed once the final model, its scores and card are in --output_dir."})

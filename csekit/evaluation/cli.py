@@ -115,7 +115,7 @@ def score_mteb(args, embed, mteb_tasks, protocol: dict, record: dict) -> None:
 
     path = resolve_model_path(args.model, any_pipeline=True)
     meta = model_meta(args.model, path)
-    prompts = mteb_prompts(path, args.mteb_prompts)
+    prompts = args.mteb_prompts if args.mteb_prompts is not None else mteb_prompts(path)  # (given: checked)
     record["mteb"], protocol["mteb"], result = evaluate_mteb(embed, meta, mteb_tasks, prompts)
     print("\n" + format_table({args.model: record["mteb"]}, f"MTEB {protocol['mteb']['version']} (main score x100, "
                                "mteb's task names and datasets)"))
