@@ -226,9 +226,8 @@ class CSETrainingArguments(TrainingArguments):
         "help": "The layers that get adapters, by name (q_proj v_proj ...), or all-linear: every linear layer of the "
                 "backbone (on a decoder the q, k, v, o, gate, up and down projections, as LLM2Vec)."})
     save_adapter: bool = field(default=False, metadata={
-        "help": "With --lora_r: also publish the trained adapter alone, beside the merged weights: "
-                "OUTPUT_DIR/adapter/, a sentence-transformers folder over the backbone's Hub id that "
-                "SentenceTransformer loads with peft."})
+        "help": "With --lora_r: also write the adapter alone to OUTPUT_DIR/adapter/ (SentenceTransformer loads it "
+                "with peft)."})
     keep_checkpoints: bool = field(default=False, metadata={
         "help": "Keep the checkpoint-N folders (optimizer state, for resuming) after the run; by default they are "
                 "removed once the final model, its scores and card are in --output_dir."})
@@ -264,7 +263,7 @@ COMMON_TRAINING_FLAGS = (
     "gradient_checkpointing", "eval_strategy", "eval_steps", "save_strategy", "save_steps", "save_total_limit",
     "load_best_model_at_end", "metric_for_best_model", "logging_steps", "report_to", "resume_from_checkpoint",
     "resume_accept_changes", "keep_checkpoints", "mini_batch_size", "mini_batch_tokens", "duplicate_negatives",
-    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "push_to_hub", "hub_model_id",
+    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "push_to_hub", "hub_model_id",
     "dataloader_num_workers",
 )
 HELP_GROUPS = {"model": "method: the model config's fields (the paper's defaults)", "data": "data and evaluation",
