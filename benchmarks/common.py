@@ -1,5 +1,6 @@
 """Shared benchmark helpers: machine description, interleaved timing with its spread, FLOP counting and peaks."""
 
+import argparse
 import json
 import os
 import platform
@@ -63,6 +64,17 @@ def set_threads(threads: Optional[int]) -> None:
     """Fix torch's CPU threads (``None``: leave torch's choice, which follows ``OMP_NUM_THREADS``)."""
     if threads:
         torch.set_num_threads(threads)
+
+
+def timing_parser(description: str) -> argparse.ArgumentParser:
+    """A benchmark's argument parser with the options of timed Trainer rounds: ``--steps``, ``--warmup``,
+    ``--rounds`` and ``--threads``."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=6, help="Optimizer steps per round (the first --warmup untimed).")
+    parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every round.")
+    parser.add_argument("--rounds", type=int, default=5, help="Alternating rounds per side (at least 5 for a spread).")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: OMP_NUM_THREADS).")
+    return parser
 
 
 def interleaved(candidates: dict, rounds: int, warmup: bool = True) -> dict:

@@ -30,7 +30,16 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, PreTrainedTokenizerFast, Qwen3Config
 
-from common import command_line, format_spread, interleaved, machine_description, set_threads, spread, write_outputs
+from common import (
+    command_line,
+    format_spread,
+    interleaved,
+    machine_description,
+    set_threads,
+    spread,
+    timing_parser,
+    write_outputs,
+)
 from csekit.data import read_sentences, resolve_data_file
 from csekit.download import WIKI1M_QUICKSTART_SENTENCES
 from csekit.modeling.decoder_tokenizer import prepare_decoder_tokenizer
@@ -83,11 +92,7 @@ def ratios(timings: dict, faster: str, slower: str) -> tuple:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=6, help="Optimizer steps per round (the first --warmup untimed).")
-    parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every round.")
-    parser.add_argument("--rounds", type=int, default=5, help="Alternating rounds per side (at least 5 for a spread).")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: OMP_NUM_THREADS).")
+    parser = timing_parser(__doc__)
     parser.add_argument("--hidden", type=int, default=256, help="The decoder's hidden size (64 per attention head).")
     parser.add_argument("--layers", type=int, default=4, help="The decoder's layers.")
     parser.add_argument("--vocab", type=int, default=8000, help="The BPE's vocabulary size.")

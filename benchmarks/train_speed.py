@@ -59,6 +59,7 @@ from common import (
     matmul_tflops,
     set_threads,
     spread,
+    timing_parser,
     write_outputs,
 )
 from csekit.data import read_sentences, resolve_data_file
@@ -257,11 +258,7 @@ def workload_lines(name, timings, work, floors, rounds) -> list:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=6, help="Optimizer steps per round (the first --warmup untimed).")
-    parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every round.")
-    parser.add_argument("--rounds", type=int, default=5, help="Alternating rounds per side (at least 5 for a spread).")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: OMP_NUM_THREADS).")
+    parser = timing_parser(__doc__)
     parser.add_argument("--workloads", default="wiki,nli", help="Comma-separated, of: wiki, nli.")
     parser.add_argument("--train-file", default=TRAIN_FILE, help="wiki sentences (a path, or in the data folder).")
     parser.add_argument("--nli-file", default=NLI_FILE, help="NLI triplets CSV (a path, or in the data folder).")
