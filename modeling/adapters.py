@@ -28,6 +28,7 @@ from .sentence_transformers_layout import (
     layout_json,
     save_weights,
     sentence_transformers_layout_problem,
+    write_json,
 )
 
 BASE_LAYER = "base_layer"
@@ -122,8 +123,7 @@ def write_adapter_folder(model: nn.Module, folder, tokenizer) -> None:
             path = path.removeprefix(f"{ENCODER_FOLDER}/")
             content = {**content, "model_kwargs": {key: value for key, value in content["model_kwargs"].items()
                                                    if key != "key_mapping"}}  # (the base model's keys are its own)
-        (folder / path).parent.mkdir(parents=True, exist_ok=True)
-        (folder / path).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+        write_json(folder / path, content)
     tokenizer.save_pretrained(folder)
     state = model.state_dict()
     dense = {}

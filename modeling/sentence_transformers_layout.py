@@ -123,7 +123,7 @@ def save_weights(tensors: dict, path: Path) -> None:
     os.chmod(path, 0o666 & ~umask)
 
 
-def _write_json(path: Path, value) -> None:
+def write_json(path: Path, value) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value, indent=2) + "\n")
 
@@ -184,7 +184,7 @@ def _split_weights(folder: Path, prefix: str, dense: dict) -> dict:
     elif (folder / HEAD_WEIGHTS).exists():  # (written into a folder that held an older save)
         os.remove(folder / HEAD_WEIGHTS)
     size = sum(value.numel() * value.element_size() for value in weights.values())
-    _write_json(folder / INDEX_FILE, {"metadata": {"total_size": size}, "weight_map": dict(sorted(weight_map.items()))})
+    write_json(folder / INDEX_FILE, {"metadata": {"total_size": size}, "weight_map": dict(sorted(weight_map.items()))})
     os.remove(folder / "model.safetensors")
     return weights
 
@@ -252,7 +252,7 @@ def write_sentence_transformers_layout(model, folder, tokenizer, head_in_dense: 
     model.encoder.config.to_json_file(folder / ENCODER_FOLDER / "config.json")
     tokenizer.save_pretrained(folder / ENCODER_FOLDER)
     for path, content in files.items():
-        _write_json(folder / path, content)
+        write_json(folder / path, content)
     for index in range(2, 2 + len(model.inference_head_layers())):
         path = f"{index}_Dense"
         state = {st_key: weights[key].to(torch.float32).contiguous()  # the values transformers saved
@@ -313,4 +313,4 @@ def layout_disagreement(model, tokenizer, folder) -> Optional[str]:
 
 __all__ = ["ENCODER_FOLDER", "TOP_LEVEL_FILES", "dense_head_keys", "inherited_settings", "layout_disagreement",
            "layout_json", "save_weights", "sentence_transformers_layout_problem", "weights_with_dense_head",
-           "write_sentence_transformers_layout"]
+           "write_json", "write_sentence_transformers_layout"]
