@@ -112,13 +112,42 @@ def real_bert_tokenizer() -> Path:
     return Path(folder)
 
 
+BOUNDARY_MARKER = "boundary"
+# The tiers (tests/README.md "Tiers"). The lower-bounds pass changes the libraries csekit calls, not csekit and not
+# torch (pinned alike in both passes), so it runs the tests marked `boundary`: those that reach a library's API
+# (Trainer hooks, save_pretrained/from_pretrained, sentence-transformers loading, accelerate launch, datasets, the Hub,
+# mteb, onnx, scikit-learn, argument parsing, the installed package). Every module is `boundary` unless it is named
+# here with the reason it is not; a test of one of these modules that does reach a library carries the mark itself.
+# A method's own module is core for the reason `lower_bounds_case` gives: its library calls go through the shared code
+# that the conformance suite's cases of one Trainer-based method and of CLSR run at the lower bounds.
+CORE_MODULES = {
+    "test_atomic": "csekit/atomic.py's commits at every kill point",
+    "test_augmentations": "the augmentations' draws from their own generator",
+    "test_losses": "InfoNCE against a loop written in the test",
+    "test_pooling": "poolers against direct computations on hidden states",
+    "test_duplicate_negatives": "csekit's mask of duplicate in-batch candidates",
+    "test_simcse": "a method's own code: SimCSE's loss on the model's views",
+    "test_whitenedcse": "a method's own code: shuffled group whitening and the multi-positive losses",
+    "test_esimcse": "a method's own code: ESimCSE's rules and momentum queue against its authors' code",
+    "test_clsr": "a method's own code: CLSR's loop, caches, LARS and data guards",
+    "test_compare": "csekit compare's protocol differences",
+    "test_registry": "the registry's derived lists and a plug-in method's conformance run",
+    "test_suite": "the suite's own collection, deadlines and tiers",
+    "test_docs_site": "docs/check_site.py on planted pages",
+    "test_docs_browser": "docs/check_browser.py on planted pages",
+    "test_benchmarks": "the benchmark scripts at tiny sizes",
+}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{REAL_DATA_MARKER}: the oracle is a published number on the real data "
                             "(uses the real_data_dir fixture; skipped without a real data folder)")
+    config.addinivalue_line("markers", f"{BOUNDARY_MARKER}: reaches a library's API, so it runs in the lower-bounds "
+                            "pass too (every module but conftest.CORE_MODULES)")
 
 
 # the lower-bounds pass of .ci/run (tests/run.sh with CSEKIT_CONSTRAINTS=tests/constraints-min.txt); CSEKIT_EVERY_CASE=1
-# runs every case there too
+# runs every test there too
 LOWER_BOUNDS = (os.environ.get("CSEKIT_CONSTRAINTS", "").endswith("constraints-min.txt")
                 and os.environ.get("CSEKIT_EVERY_CASE") != "1")
 
@@ -156,18 +185,28 @@ def lower_bounds_case(item) -> tuple:
     return (item.module.__name__, item.originalname, others, issubclass(method.trainer_class, ContrastiveTrainer))
 
 
+def runs_at_the_lower_bounds(item) -> bool:
+    """A `boundary` test, or a `real_data` one: the published-number oracles run where the data is, which in CI is
+    the lower-bounds pass."""
+    return any(item.get_closest_marker(name) for name in (BOUNDARY_MARKER, REAL_DATA_MARKER))
+
+
 def pytest_collection_modifyitems(config, items):
-    """The one marker follows the one fixture, so ``-m real_data`` selects exactly the tests that read real data. In
-    the lower-bounds pass, the cases [`lower_bounds_case`] leaves out are deselected (and counted in the summary)."""
+    """The one marker follows the one fixture, so ``-m real_data`` selects exactly the tests that read real data, and
+    ``-m boundary`` the tests of every module but `CORE_MODULES`. In the lower-bounds pass, the tests
+    [`runs_at_the_lower_bounds`] leaves out and the cases [`lower_bounds_case`] leaves out are deselected (and
+    counted in the summary)."""
     for item in items:
         if "real_data_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(REAL_DATA_MARKER)
+        if item.module.__name__ not in CORE_MODULES:
+            item.add_marker(BOUNDARY_MARKER)
     config.stash[COLLECTED] = len(items)
     if LOWER_BOUNDS:
         seen, kept, deselected = set(), [], []
         for item in items:
             case = lower_bounds_case(item)
-            (deselected if case in seen else kept).append(item)
+            (deselected if case in seen or not runs_at_the_lower_bounds(item) else kept).append(item)
             seen.add(case)
         if deselected:
             config.hook.pytest_deselected(items=deselected)

@@ -159,6 +159,7 @@ def test_matryoshka_benchmark_trains_both_variants_and_scores_every_size(monkeyp
     capsys.readouterr()
 
 
+@pytest.mark.boundary  # sentence-transformers' MNRL and token budget
 def test_gpu_check_runs_its_steps_on_the_cpu_and_writes_one_results_file(minilm_path, data_dir, tmp_path):
     """``benchmarks/gpu_check.sh --cpu``: the GPU check's steps at tiny sizes, so the script a lent GPU runs first
     cannot rot (a step that fails or is missing shows in the one results file, and the script exits 1)."""

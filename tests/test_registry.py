@@ -145,6 +145,7 @@ def test_a_method_registered_outside_csekit_is_covered_by_the_conformance_suite(
     assert passed | declared == tests | gpu_only & passed, sorted(tests - passed - declared)
 
 
+@pytest.mark.boundary  # a Trainer callback
 def test_the_per_optimizer_step_hook_runs_once_per_update(tmp_path, tiny_backbone, corpus):
     """With 2 accumulated micro-batches per update, 3 updates call ``after_optimizer_step`` 3 times, and the count
     (a buffer) is in the checkpoint, so a resumed run continues it."""

@@ -91,6 +91,36 @@ def test_the_lower_bounds_pass_keeps_each_test_once_per_kind_of_training_loop():
     assert lower_bounds_case(plain) == ("t.py::test_plain",)
 
 
+def test_the_lower_bounds_pass_runs_the_boundary_and_real_data_tests(monkeypatch):
+    """The tiers (``conftest.CORE_MODULES``): a test of any module not named there is ``boundary``; the lower-bounds
+    pass keeps the ``boundary`` tests, a core module's test only with the mark it carries itself or with real data."""
+    from types import SimpleNamespace
+
+    import conftest
+
+    class Case:
+        def __init__(self, module, marks=(), fixtures=()):
+            self.module, self.nodeid = SimpleNamespace(__name__=module), f"{module}.py::test_{len(marks)}{fixtures}"
+            self.marks, self.fixturenames = set(marks), fixtures
+
+        def add_marker(self, name):
+            self.marks.add(name)
+
+        def get_closest_marker(self, name):
+            return name if name in self.marks else None
+
+    core = next(iter(conftest.CORE_MODULES))
+    cases = {"boundary module": Case("test_onnx"), "core": Case(core), "marked": Case(core, ["boundary"]),
+             "real data": Case(core, fixtures=("real_data_dir",))}
+    items, deselected = list(cases.values()), []
+    config = SimpleNamespace(stash={}, hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
+    monkeypatch.setattr(conftest, "LOWER_BOUNDS", True)
+    monkeypatch.setenv("CSEKIT_EVERY_CASE", "0")  # the hook sets it for the pytests a test starts; restored after
+    conftest.pytest_collection_modifyitems(config, items)
+    assert deselected == [cases["core"]] and "boundary" in cases["boundary module"].marks
+    assert set(conftest.CORE_MODULES) <= {path.stem for path in Path(__file__).parent.glob("test_*.py")}
+
+
 def test_readme_states_the_suites_size(request):
     """README's "The suite has N tests" is the number collected, when the whole suite is (no path, -k or -m)."""
     from conftest import COLLECTED
