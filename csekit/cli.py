@@ -4,7 +4,7 @@
     csekit evaluate MODEL [--tasks ...]      score an encoder on STS / transfer / clustering / geometry / MTEB
     csekit compare RESULT...                 results side by side, warning where protocols differ
     csekit extract [--models ...]            training-free extraction grid
-    csekit mine MODEL --pairs F --output F   hard negatives for sent0,sent1 pairs: sent0,sent1,hard_neg triplets
+    csekit mine MODEL --pairs F --output F   hard negatives for sent0,sent1 pairs: triplets or n-tuples
     csekit card | push | export-st | export-onnx   publish a trained model folder, ship it as one ONNX graph
     csekit download wiki1m|nli|senteval      SimCSE's corpora and the SentEval data from the Hub
 

@@ -59,7 +59,7 @@ def on_config(config):
     return config
 
 
-METHODS_TAKING = re.compile(r"<!-- methods taking ([a-z_0-9,]+) -->")
+METHODS_TAKING = re.compile(r"<!-- methods taking ([a-z_0-9,.]+) -->")
 
 
 def methods_taking(columns: str) -> str:

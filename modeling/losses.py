@@ -56,19 +56,21 @@ def false_negative_mask(text_ids: torch.Tensor, all_text_ids: torch.Tensor, rank
     """The in-batch candidates that are copies, by text, of what each local anchor is meant to be close to
     (``--duplicate_negatives mask``): no sentence is pushed away from a copy of itself.
 
-    Candidate ``j`` (row ``j``'s positive; with ``hard_negatives`` also row ``j``'s hard negative, after them) is
+    Candidate ``j`` (row ``j``'s positive; with ``hard_negatives`` also row ``j``'s hard negatives, after them, one
+    column of rows at a time, as [`info_nce_loss`][csekit.modeling.losses.info_nce_loss] orders them) is
     masked for anchor ``i`` when its text is anchor ``i``'s or anchor ``i``'s positive's, or, for a positive, when
     row ``j``'s anchor has anchor ``i``'s text (a premise with two entailed hypotheses: each entails the other's
     premise). Anchor ``i``'s own positive is never masked.
 
     Args:
-        text_ids: ``(B, columns)`` integer identities of the local rows' texts: anchor, positive, hard negative (one
+        text_ids: ``(B, columns)`` integer identities of the local rows' texts: anchor, positive, hard negatives (one
             column: unsupervised, the positive is the anchor's own text).
         all_text_ids: the same for every process's rows, in rank order (``text_ids`` on one process).
         rank: this process's place (its anchors' labels are offset by ``rank * B``).
-        hard_negatives: also mask among the hard-negative candidates (column 2).
+        hard_negatives: also mask among the hard-negative candidates (columns 2 onward).
     Returns:
-        ``(B, N)``, or ``(B, 2N)`` with hard negatives, boolean; ``N`` = the rows of ``all_text_ids``.
+        ``(B, N)``, or ``(B, (1 + k) N)`` with ``k`` hard negatives a row, boolean; ``N`` = the rows of
+        ``all_text_ids``.
     """
     def column(ids, index):
         return ids[:, min(index, ids.shape[1] - 1)]
@@ -82,7 +84,7 @@ def false_negative_mask(text_ids: torch.Tensor, all_text_ids: torch.Tensor, rank
     own = torch.arange(text_ids.shape[0], device=mask.device) + rank * text_ids.shape[0]
     mask[torch.arange(text_ids.shape[0], device=mask.device), own] = False
     if hard_negatives:
-        mask = torch.cat([mask, copies(all_text_ids[:, 2])], dim=1)
+        mask = torch.cat([mask] + [copies(all_text_ids[:, c]) for c in range(2, all_text_ids.shape[1])], dim=1)
     return mask
 
 
@@ -110,10 +112,12 @@ def info_nce_loss(
     Args:
         anchors: ``(B, H)`` local anchors.
         positives: ``(B, H)``; ``positives[i]`` is the positive of ``anchors[i]``, every other row a negative.
-        hard_negatives: optional ``(B, H)``; ``hard_negatives[i]`` is anchor i's hard negative, all rows are
-            negatives for every anchor.
+        hard_negatives: optional ``(B, H)``, or ``(B, k, H)``: ``hard_negatives[i]`` is anchor i's hard negative
+            (its ``k`` hard negatives); all are negatives for every anchor, placed after the positives one column
+            of rows at a time (every row's first, then every row's second...), as sentence-transformers'
+            ``MultipleNegativesRankingLoss`` places an n-tuple's.
         temperature: tau.
-        hard_negative_weight: ``w`` above, added to each anchor's own hard-negative logit.
+        hard_negative_weight: ``w`` above, added to each anchor's own hard-negative logits.
         rank, world_size: this process's place in the process group; with ``world_size > 1`` the positives and hard
             negatives of every process are the candidates (labels offset by ``rank``). The loss stays the mean over
             local anchors.
@@ -132,8 +136,9 @@ def info_nce_loss(
     labels = torch.arange(batch, device=anchors.device) + rank * batch
     logits = cosine_logits(anchors, positives, temperature)
     if hard_negatives is not None:
-        negative_logits = cosine_logits(anchors, hard_negatives, temperature)
-        own_hard_negative = F.one_hot(labels, negative_logits.shape[1]).to(negative_logits.dtype)
+        columns = hard_negatives.unsqueeze(1) if hard_negatives.dim() == 2 else hard_negatives  # (N, k, H)
+        negative_logits = cosine_logits(anchors, columns.transpose(0, 1).flatten(0, 1), temperature)
+        own_hard_negative = F.one_hot(labels, columns.shape[0]).repeat(1, columns.shape[1]).to(negative_logits.dtype)
         negative_logits = negative_logits + hard_negative_weight * own_hard_negative
         logits = torch.cat([logits, negative_logits], dim=1)
     if extra_negatives is not None:

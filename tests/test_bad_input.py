@@ -94,7 +94,8 @@ ROWS = [
     Row("csekit train simcse --train_file empty.txt", "empty data file",
         E + "empty.txt: no sentences (the file is empty or blank)"),
     Row("csekit train simcse --train_file wrong-columns.csv", "CSV with wrong columns",
-        E + "wrong-columns.csv:1: header is 'premise,hypothesis', expected 'sent0,sent1' or 'sent0,sent1,hard_neg'"),
+        E + "wrong-columns.csv:1: header is 'premise,hypothesis', expected 'sent0,sent1', 'sent0,sent1,hard_neg' or "
+        "'sent0,sent1,hard_neg_1,...,hard_neg_k'"),
     Row("csekit train simcse --output_dir not-csekit", "existing folder that is not csekit's", E + NOT_CSEKIT),
     Row("csekit train simcse --pooler_type mean", "unknown pooler",
         E + "invalid model configuration: unknown pooler_type 'mean'…"),
@@ -124,7 +125,8 @@ ROWS = [
     Row("csekit train clsr --train_file empty.csv", "empty data file",
         E + "empty.csv: empty file, expected a header 'sent0,sent1[,hard_neg]'"),
     Row("csekit train clsr --train_file wrong-columns.csv", "CSV with wrong columns",
-        E + "wrong-columns.csv:1: header is 'premise,hypothesis', expected 'sent0,sent1' or 'sent0,sent1,hard_neg'"),
+        E + "wrong-columns.csv:1: header is 'premise,hypothesis', expected 'sent0,sent1', 'sent0,sent1,hard_neg' or "
+        "'sent0,sent1,hard_neg_1,...,hard_neg_k'"),
     Row("csekit train clsr --output_dir not-csekit", "existing folder that is not csekit's", E + NOT_CSEKIT),
     Row("csekit train clsr --pooler_type mean", "unknown pooler",
         E + "invalid model configuration: unknown pooler_type 'mean'…"),
@@ -429,6 +431,15 @@ ROWS = [
     Row("csekit train whitenedcse --train_file triplets.csv", "supervised triplets for an unsupervised method",
         E + "triplets.csv: columns sent0,sent1,hard_neg, but whitenedcse trains on sent0 (a .txt is one sentence a "
         "line)"),
+    Row("csekit train whitenedcse --train_file ntuples.csv", "k hard negatives a row for an unsupervised method",
+        E + "ntuples.csv: columns sent0,sent1,hard_neg_1,hard_neg_2, but whitenedcse trains on sent0 (a .txt is one "
+        "sentence a line)"),
+    Row("csekit train simcse --train_file gap-ntuples.csv", "hard negatives numbered with a gap",
+        E + "gap-ntuples.csv:1: header is 'sent0,sent1,hard_neg_1,hard_neg_3', expected 'sent0,sent1', "
+        "'sent0,sent1,hard_neg' or 'sent0,sent1,hard_neg_1,...,hard_neg_k'"),
+    Row("csekit train simcse --train_file mixed-ntuples.csv", "hard_neg beside numbered hard negatives",
+        E + "mixed-ntuples.csv:1: header is 'sent0,sent1,hard_neg,hard_neg_1', expected 'sent0,sent1', "
+        "'sent0,sent1,hard_neg' or 'sent0,sent1,hard_neg_1,...,hard_neg_k'"),
     Row("csekit train cmlm_cse --train_file pairs.csv", "pairs for an unsupervised method",
         E + "pairs.csv: columns sent0,sent1, but cmlm_cse trains on sent0 (a .txt is one sentence a line)"),
     # caches, records
@@ -611,6 +622,10 @@ def workspace(tmp_path_factory, tokenizer, data_dir):
         if record:
             (checkpoint / "csekit_run.json").write_text(json.dumps(record))
     (folder / "triplets.csv").write_text("sent0,sent1,hard_neg\n" + "".join(f"a {i},b {i},c {i}\n" for i in range(70)))
+    for name, header in (("ntuples", "hard_neg_1,hard_neg_2"), ("gap-ntuples", "hard_neg_1,hard_neg_3"),
+                         ("mixed-ntuples", "hard_neg,hard_neg_1")):
+        (folder / f"{name}.csv").write_text(f"sent0,sent1,{header}\n" + "".join(f"a {i},b {i},c {i},d {i}\n"
+                                                                               for i in range(70)))
     copy_folder(tiny, folder / "list-results")
     (folder / "list-results" / "eval_results.json").write_text("[1, 2]\n")
     (folder / "not-results.json").write_text('{"accuracy": 0.9}\n')

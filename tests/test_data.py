@@ -42,9 +42,24 @@ def test_pairs_with_hard_negatives(tmp_path):
     assert read_pairs(path) == {"sent0": ["a, quoted", "d"], "sent1": ["b", "e"], "hard_neg": ["c", "f"]}
 
 
+def test_rows_of_k_hard_negatives_read_and_collate_in_number_order(tokenizer, tmp_path):
+    """``sent0,sent1,hard_neg_1..hard_neg_11``: read in the header's order, and collated as views in number order
+    (``hard_neg_10`` after ``hard_neg_9``) whatever order a dataset keeps its columns in."""
+    names = ["sent0", "sent1"] + [f"hard_neg_{i}" for i in range(1, 12)]
+    columns = read_pairs(write(tmp_path / "p.csv", (",".join(names) + "\n" + ",".join(f"w{i}" for i in range(13))
+                                                    + "\n").encode()))
+    assert list(columns) == names and columns["hard_neg_11"] == ["w12"]
+    row = {name: columns[name][0] for name in sorted(columns)}  # hard_neg_1, hard_neg_10, hard_neg_11, hard_neg_2...
+    batch = ContrastiveCollator(tokenizer, max_length=8)([row])
+    assert [tokenizer.decode(ids, skip_special_tokens=True) for ids in batch["input_ids"][0]] == [
+        f"w{i}" for i in range(13)]
+
+
 @pytest.mark.parametrize(
     "content, message",
     [(b"premise,hypothesis\na,b\n", r"p\.csv:1: header"), (b"sent0,sent1\na,b\nc\n", r"p\.csv:3: 1 field"),
+     (b"sent0,sent1,hard_neg_2\na,b,c\n", r"p\.csv:1: header"),
+     (b"sent0,sent1,hard_neg,hard_neg_1\na,b,c,d\n", r"p\.csv:1: header"),
      (b"sent0,sent1\na,\n", r"p\.csv:2: empty sent1"), (b"sent0,sent1\n", "header only"), (b"", "empty file")],
 )
 def test_bad_pair_files(tmp_path, content, message):
@@ -149,3 +164,17 @@ def test_recipes_take_both_spellings_of_the_data_folder_flag(flag, tmp_path):
 
     _, data_args, _, _ = RECIPE.parse([flag, "some/folder", "--output_dir", str(tmp_path)])
     assert data_args.data_dir == "some/folder"
+
+
+def test_a_trainer_takes_k_hard_negatives_a_row_only_where_its_data_columns_say_so():
+    """The Python door's column check (``check_columns``, which ``train()`` runs): SimCSE takes any k, a method of
+    one text column refuses them in one line naming what it takes, and numbered negatives with a gap are no shape."""
+    from csekit.trainers import SimCSETrainer, WhitenedCSETrainer
+
+    names = ["example_index", "hard_neg_2", "sent1", "hard_neg_1", "sent0"]
+    assert SimCSETrainer.check_columns(names) == ("sent0", "sent1", "hard_neg_1", "hard_neg_2")
+    with pytest.raises(DataError, match="columns sent0,sent1,hard_neg_1,hard_neg_2, but WhitenedCSETrainer trains on "
+                                        "sent0 "):
+        WhitenedCSETrainer.check_columns(names)
+    with pytest.raises(DataError, match="hard_neg_1,hard_neg_3, but SimCSETrainer trains on .*hard_neg_1..k"):
+        SimCSETrainer.check_columns(["sent0", "sent1", "hard_neg_1", "hard_neg_3"])

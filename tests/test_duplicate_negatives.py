@@ -65,6 +65,37 @@ def test_masked_info_nce_equals_the_equation_without_those_logits(hard_negative_
                                                             hard_negative_weight=hard_negative_weight)), rel=1e-6)
 
 
+HARD_2 = ["r", "z", "b", "y", "w", "p"]  # a second negative a row: row 0's is anchor 2's positive; row 2's anchor 1
+
+
+@pytest.mark.parametrize("hard_negative_weight", [0.0, 1.5])
+def test_k_negatives_a_row_are_masked_and_weighted_in_the_losss_order(hard_negative_weight):
+    """Rows of (anchor, positive, 2 hard negatives): every row's first negative, then every row's second, follow the
+    positives in each anchor's denominator; each is masked by the rule and each own one gets the weight."""
+    torch.manual_seed(0)
+    rows, tau = len(ANCHORS), 0.05
+    anchors, positives = (torch.randn(rows, 8, dtype=torch.float64) for _ in range(2))
+    negatives = torch.randn(rows, 2, 8, dtype=torch.float64)
+    ids = identities(ANCHORS, POSITIVES, HARD, HARD_2)
+    mask = false_negative_mask(ids, ids, hard_negatives=True)
+    loss = info_nce_loss(anchors, positives, negatives, temperature=tau, hard_negative_weight=hard_negative_weight,
+                         candidate_mask=mask)
+
+    def cos(u, v):
+        return float(u @ v / (u.norm() * v.norm()))
+
+    terms = []
+    for i in range(rows):
+        logits = [cos(anchors[i], positives[j]) / tau for j in range(rows) if not masked(i, "positive", j)]
+        for column, texts in enumerate((HARD, HARD_2)):
+            logits += [cos(anchors[i], negatives[j, column]) / tau + (hard_negative_weight if j == i else 0.0)
+                       for j in range(rows) if texts[j] not in {ANCHORS[i], POSITIVES[i]}]
+        terms.append(-cos(anchors[i], positives[i]) / tau + math.log(sum(math.exp(x) for x in logits)))
+    assert float(loss) == pytest.approx(sum(terms) / rows, rel=1e-12)
+    # the second negatives masked: row 2's (anchor 1's text), row 0's (anchor 2's positive), row 5's (positive p)
+    assert mask[:, 2 * rows:].nonzero().tolist() == [[0, 5], [1, 2], [2, 0], [5, 5]]
+
+
 def test_masked_multi_positive_terms_equal_the_equation_without_those_logits():
     """WhitenedCSE (unsupervised: one text per row): the copies of a sentence leave every positive's denominator."""
     torch.manual_seed(1)

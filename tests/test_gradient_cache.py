@@ -73,20 +73,24 @@ def cases(every_draw: bool = False) -> list:
     return found
 
 
-def chunkings() -> list:
+def chunkings(n_tuples: bool = False) -> list:
     """``(method, columns, flags, kind)``: chunks of ``CHUNK`` examples for every case and random draw, and a token
-    budget for every case (the cut does not depend on the draws, which the count's cases cover)."""
+    budget for every case (the cut does not depend on the draws, which the count's cases cover); with ``n_tuples``
+    also SimCSE's rows of 2 hard negatives (each a view of its example's chunk) both ways."""
+    extra = [pytest.param(METHODS["simcse"], ("hard_neg_1", "hard_neg_2"), (), kind, id=f"simcse-n-tuples-{kind}")
+             for kind in ("examples", "tokens")] if n_tuples else []
     return [pytest.param(*case.values, "examples", id=f"{case.id}-examples") for case in cases(every_draw=True)] + [
-        pytest.param(*case.values, "tokens", id=f"{case.id}-tokens") for case in cases()]
+        pytest.param(*case.values, "tokens", id=f"{case.id}-tokens") for case in cases()] + extra
 
 
 def examples(method, sentences: list, columns: tuple) -> list:
-    """A batch of training rows: unsupervised sentences, or triplets built from them (with a repeated text)."""
+    """A batch of training rows: unsupervised sentences, or rows of ``sent1`` and the hard-negative ``columns``
+    built from them (with a repeated text)."""
     rows = []
     for index in range(BATCH):
         row = {"sent0": sentences[index], "example_index": index}
-        if columns:
-            row.update(sent1=sentences[index + BATCH], hard_neg=sentences[index + 2 * BATCH])
+        for number, name in enumerate(("sent1", *columns) if columns else (), start=1):
+            row[name] = sentences[(index + number * BATCH) % len(sentences)]
         rows.append(row)
     return rows
 
@@ -146,7 +150,7 @@ def largest_difference(gradients: dict, reference: dict) -> float:
 
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-@pytest.mark.parametrize("method, columns, options, kind", chunkings())
+@pytest.mark.parametrize("method, columns, options, kind", chunkings(n_tuples=True))
 def test_a_cached_step_has_the_uncached_steps_loss_and_gradients(method, columns, options, layout, kind, backbones,
                                                                  sentences, tmp_path):
     flags = ("--padding_free", str(layout == "packed").lower(), *options)

@@ -39,6 +39,31 @@ def test_info_nce_with_hard_negatives_and_weight(weight):
     assert loss.item() == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_k_hard_negatives_a_row_are_candidates_of_every_anchor(weight):
+    """``(B, k, H)`` hard negatives: each anchor's denominator sums every row's positive and every row's k negatives,
+    its own k weighted (eq. 5 with k negatives, a loop here); at weight 0 it is sentence-transformers'
+    ``MultipleNegativesRankingLoss`` on the n-tuple (anchor, positive, negative_1..k), scale 1/tau."""
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    rows, k, tau = 4, 3, 0.1
+    a, p = torch.randn(rows, 6, dtype=torch.float64), torch.randn(rows, 6, dtype=torch.float64)
+    h = torch.randn(rows, k, 6, dtype=torch.float64)
+    cos = torch.nn.functional.cosine_similarity
+    total = 0.0
+    for i in range(rows):
+        terms = [math.exp(cos(a[i], p[j], dim=0).item() / tau) for j in range(rows)]
+        terms += [math.exp(cos(a[i], h[j, c], dim=0).item() / tau + (weight if i == j else 0.0))
+                  for j in range(rows) for c in range(k)]
+        total += -math.log(math.exp(cos(a[i], p[i], dim=0).item() / tau) / sum(terms))
+    loss = info_nce_loss(a, p, h, temperature=tau, hard_negative_weight=weight)
+    assert loss.item() == pytest.approx(total / rows, rel=1e-10)
+    if weight == 0.0:
+        mnrl = MultipleNegativesRankingLoss(model=None, scale=1 / tau)
+        assert loss.item() == pytest.approx(mnrl.compute_loss_from_embeddings([a, p, *h.unbind(1)], None).item(),
+                                            rel=1e-10)
+
+
 def test_identical_views_and_orthogonal_negatives_give_near_zero_loss():
     embeddings = torch.eye(4) * 3
     assert info_nce_loss(embeddings, embeddings, temperature=0.05).item() < 1e-8

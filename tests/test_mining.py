@@ -1,11 +1,12 @@
 """``csekit mine`` (``csekit/mining``): hard negatives as sentence-transformers mines them.
 
-Oracle: ``sentence_transformers.util.mine_hard_negatives`` (``output_format="triplet"``) on the same
-sentence-transformers folder (all-MiniLM-L6-v2, real weights) and the same pairs: the same rows in the same order,
-for each filter and sampling. csekit reads the folder through sentence-transformers too, so both rank the same
+Oracle: ``sentence_transformers.util.mine_hard_negatives`` (``output_format`` ``"triplet"`` and ``"n-tuple"``) on
+the same sentence-transformers folder (all-MiniLM-L6-v2, real weights) and the same pairs: the same rows in the same
+order, for each filter and sampling. csekit reads the folder through sentence-transformers too, so both rank the same
 vectors."""
 
 import csv
+import json
 import random
 
 import pytest
@@ -22,6 +23,7 @@ SETTINGS = {
     "absolute margin and max score": {"num_negatives": 2, "absolute_margin": 0.3, "max_score": 0.6},
     "random": {"num_negatives": 2, "sampling": "random", "range_max": 12},
     "with a corpus": {"num_negatives": 2, "corpus": True},
+    "some anchors short of negatives": {"num_negatives": 3, "absolute_margin": 0.6, "range_max": 8},
 }
 
 
@@ -38,7 +40,7 @@ def embed(minilm_path):
     return load_embedder(str(minilm_path), device="cpu")[0]
 
 
-def sentence_transformers_rows(minilm_path, pairs, settings, extra) -> list:
+def sentence_transformers_rows(minilm_path, pairs, settings, extra, output_format: str) -> list:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.util import mine_hard_negatives as reference
 
@@ -47,22 +49,30 @@ def sentence_transformers_rows(minilm_path, pairs, settings, extra) -> list:
     random.seed(settings.get("seed", 42))  # (its random sampling draws from the global generator)
     mined = reference(Dataset.from_dict({"sent0": pairs[0], "sent1": pairs[1]}),
                       SentenceTransformer(str(minilm_path), device="cpu"), corpus=extra, verbose=False,
-                      output_format="triplet", **options)
-    return list(zip(mined["sent0"], mined["sent1"], mined["negative"]))
+                      output_format=output_format, **options)
+    negatives = ["negative"] if output_format == "triplet" else [f"negative_{i}" for i in
+                                                                  range(1, settings["num_negatives"] + 1)]
+    assert mined.column_names == ["sent0", "sent1", *negatives]
+    return list(zip(*(mined[name] for name in mined.column_names)))
 
 
+@pytest.mark.parametrize("output_format", ["triplet", "n-tuple"])
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_the_negatives_are_sentence_transformers_own(name, pairs, embed, minilm_path, corpus):
+def test_the_negatives_are_sentence_transformers_own(name, output_format, pairs, embed, minilm_path, corpus):
+    """Row for row: a triplet per negative, or (n-tuple) a row per pair with its negatives best first, none short."""
     settings = SETTINGS[name]
     extra = corpus.read_text().splitlines()[40:70] if settings.get("corpus") else None
     options = {key: value for key, value in settings.items() if key != "corpus"}
-    columns, summary = mine_hard_negatives(*pairs, embed, corpus=extra, progress=False, **options)
-    ours = list(zip(columns["sent0"], columns["sent1"], columns["hard_neg"]))
-    assert ours == sentence_transformers_rows(minilm_path, pairs, settings, extra)
-    assert len(ours) >= len(pairs[0])
+    columns, summary = mine_hard_negatives(*pairs, embed, corpus=extra, progress=False, output_format=output_format,
+                                           **options)
+    ours = list(zip(*columns.values()))
+    assert ours == sentence_transformers_rows(minilm_path, pairs, settings, extra, output_format)
+    assert len(ours) >= (len(pairs[0]) if output_format == "triplet" else len(pairs[0]) - summary["anchors_short"])
     for name in ("relative_margin", "absolute_margin", "max_score"):  # each filter given drops candidates here
         assert name not in options or summary["dropped"][name] > 0, (name, summary)
-    assert all(negative != positive for _, positive, negative in ours)
+    assert all(row[1] not in row[2:] and len(row) == len(columns) for row in ours)
+    assert len({len(texts) for texts in columns.values()}) == 1
+    assert (summary["anchors_short"] > 0) == (settings is SETTINGS["some anchors short of negatives"]), summary
 
 
 def test_chunks_of_anchors_rank_as_the_whole_matrix(pairs, embed, monkeypatch):
@@ -75,22 +85,27 @@ def test_chunks_of_anchors_rank_as_the_whole_matrix(pairs, embed, monkeypatch):
     assert len(sizes) == 5 and max(sizes) <= limit  # 30 anchors: never the whole similarity matrix at once
 
 
-def test_the_command_line_mines_triplets_that_supervised_simcse_trains_on(pairs, minilm_path, tiny_backbone,
-                                                                           tmp_path, capsys):
-    source, out = tmp_path / "pairs.csv", tmp_path / "triplets.csv"
+@pytest.mark.parametrize("output_format, header", [("triplet", ["hard_neg"]),
+                                                   ("n-tuple", ["hard_neg_1", "hard_neg_2"])])
+def test_the_command_line_mines_rows_that_supervised_simcse_trains_on(output_format, header, pairs, minilm_path,
+                                                                      tiny_backbone, tmp_path, capsys):
+    """Triplets (a row per negative), or n-tuples (``sent0,sent1,hard_neg_1,hard_neg_2``, a row per pair), which
+    ``csekit train simcse`` reads as written: with n-tuples both negatives of every row join each denominator."""
+    source, out = tmp_path / "pairs.csv", tmp_path / "mined.csv"
     with source.open("w", newline="") as handle:
         csv.writer(handle).writerows([("sent0", "sent1"), *zip(*pairs)])
     assert cli.main(["mine", str(minilm_path), "--pairs", str(source), "--output", str(out), "--num_negatives",
-                     "2", "--relative-margin", "0.05", "--device", "cpu"]) == 0
+                     "2", "--relative-margin", "0.05", "--output_format", output_format, "--device", "cpu"]) == 0
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["sent0", "sent1", "hard_neg"] and len(rows) > len(pairs[0])
-    assert "triplets from 30 anchors" in capsys.readouterr().err
+    assert rows[0] == ["sent0", "sent1", *header]
+    assert len(rows) - 1 == (2 if output_format == "triplet" else 1) * len(pairs[0])  # no anchor short here
+    assert f"{output_format}s from 30 anchors" in capsys.readouterr().err
     model = tmp_path / "model"
     assert cli.main(["train", "simcse", "--model_name_or_path", str(tiny_backbone), "--train_file", str(out),
                      "--output_dir", str(model), "--per_device_train_batch_size", "8", "--max_steps", "2",
                      "--save_strategy", "no", "--eval_strategy", "no", "--load_best_model_at_end", "false",
                      "--max_seq_length", "16", "--do_test_eval", "false"]) == 0
-    assert (model / "config.json").is_file()
+    assert json.loads((model / "config.json").read_text())["architectures"] == ["SimCSEModel"]
 
 
 @pytest.mark.parametrize("flags, line", [

@@ -227,6 +227,7 @@ def test_which_method_takes_each_shared_flag_is_rendered_from_the_registry():
             not method.no_lora)), method.name
         assert processes.startswith("train what one process") == (method.one_process is not None), method.name
     assert titles_taking(("sent0", "sent1", "hard_neg")) == "SimCSE"
+    assert titles_taking(("sent0", "sent1", "hard_neg_1..k")) == "SimCSE"
 
 
 def test_no_hand_kept_list_of_methods():

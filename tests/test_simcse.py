@@ -15,8 +15,9 @@ SENTENCES = ["a man plays a guitar .", "two dogs run in the park .", "a woman sl
 
 
 def paper_objective(views: torch.Tensor, temperature: float, weight: float) -> float:
-    """Eq. 1 (two views) or eq. 5 (a third view as hard negatives), written out per anchor; the hard-negative weight
-    is added to the anchor's own hard-negative logit after the temperature, as the authors' ``cl_forward`` does."""
+    """Eq. 1 (two views) or eq. 5 (views 2 onward as hard negatives, every row's in each denominator), written out
+    per anchor; the hard-negative weight is added to the anchor's own hard-negative logits after the temperature, as
+    the authors' ``cl_forward`` does."""
     def cos(a, b):
         return float(torch.dot(a, b) / (a.norm() * b.norm()))
 
@@ -24,21 +25,22 @@ def paper_objective(views: torch.Tensor, temperature: float, weight: float) -> f
     for i in range(batch):
         anchor = views[i, 0]
         terms = [math.exp(cos(anchor, views[j, 1]) / temperature) for j in range(batch)]
-        if views.shape[1] > 2:
-            terms += [math.exp(cos(anchor, views[j, 2]) / temperature + (weight if i == j else 0.0))
-                      for j in range(batch)]
+        terms += [math.exp(cos(anchor, views[j, c]) / temperature + (weight if i == j else 0.0))
+                  for c in range(2, views.shape[1]) for j in range(batch)]
         total += -math.log(math.exp(cos(anchor, views[i, 1]) / temperature) / sum(terms))
     return total / batch
 
 
 @pytest.mark.parametrize("settings", loss_settings("simcse"))
-@pytest.mark.parametrize("supervised", [False, True])
-def test_trainer_loss_is_the_papers_objective_on_the_models_views(tokenizer, tmp_path, supervised, settings):
+@pytest.mark.parametrize("columns", [("sent0",), ("sent0", "sent1", "hard_neg"),
+                                     ("sent0", "sent1", "hard_neg_1", "hard_neg_2", "hard_neg_3")])
+def test_trainer_loss_is_the_papers_objective_on_the_models_views(tokenizer, tmp_path, columns, settings):
+    """Unsupervised, triplets, and n-tuples of 3 hard negatives a row (every one a candidate)."""
     torch.manual_seed(0)
     config = SimCSEConfig(encoder_config=tiny_bert_config().to_dict(), pooler_type="cls", **settings)
     model = SimCSEModel(config).train()  # dropout on: the two views of a sentence differ
-    features = ([{"sent0": a, "sent1": b, "hard_neg": c} for a, b, c in zip(SENTENCES, SENTENCES[1:], SENTENCES[2:])]
-                if supervised else [{"sent0": s} for s in SENTENCES])
+    features = [{name: SENTENCES[(i + c) % len(SENTENCES)] for c, name in enumerate(columns)}
+                for i in range(len(SENTENCES))]
     batch = ContrastiveCollator(tokenizer, max_length=16)(features)
     trainer = SimCSETrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to="none",
                                                                 use_cpu=True))
@@ -46,7 +48,7 @@ def test_trainer_loss_is_the_papers_objective_on_the_models_views(tokenizer, tmp
         outputs = model(**batch)
         losses = trainer.compute_losses(model, outputs, batch)
     views = outputs.embeddings
-    assert views.shape[1] == (3 if supervised else 2)
+    assert views.shape[1] == max(2, len(columns))
     expected = paper_objective(views.double(), temperature=config.temperature, weight=config.hard_negative_weight)
     assert losses["loss"].item() == pytest.approx(expected, rel=1e-5)
     assert losses["contrastive"] is losses["loss"]

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .data import PAIR_COLUMNS
+from .data import text_columns
 from .randomness import ExampleDraws
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class ContrastiveCollator:
     """Tokenize each example into ``views`` sentences: ``(batch, views, seq_len)`` tensors.
 
     * unsupervised (only ``sent0``): the sentence twice; the two dropout masks of one encoder call make the pair.
-    * supervised: ``sent0, sent1[, hard_neg]``.
+    * supervised: ``sent0, sent1[, hard_neg]`` or ``sent0, sent1, hard_neg_1, ..., hard_neg_k``.
 
     With ``padding_free`` the batch is packed instead (``modeling/packing.py``): ``input_ids (1, N)`` holds the
     real tokens of every view of every example back to back (example-major), and ``sequence_lengths (batch,
@@ -102,7 +102,7 @@ class ContrastiveCollator:
         self.draws.set_epoch(epoch)
 
     def view_texts(self, features: list) -> list:
-        columns = [name for name in PAIR_COLUMNS if name in features[0]]
+        columns = list(text_columns(features[0]))
         if columns == ["sent0"]:
             views = [[f["sent0"] for f in features]] * self.unsupervised_views
         else:
@@ -115,7 +115,7 @@ class ContrastiveCollator:
     def __call__(self, features: list) -> dict:
         batch = self.collate_views(self.view_texts(features))
         if self.text_ids:
-            columns = [name for name in PAIR_COLUMNS if name in features[0]]
+            columns = text_columns(features[0])
             batch[TEXT_IDS] = torch.tensor([[text_id(f[name]) for name in columns] for f in features])
         return batch
 

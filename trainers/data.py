@@ -3,10 +3,11 @@
 ``--train_file`` is one of:
 
 * a ``.txt`` file: one sentence a line (unsupervised SimCSE); blank lines are skipped and counted;
-* a ``.csv`` file with header ``sent0,sent1[,hard_neg]`` (supervised SimCSE);
+* a ``.csv`` file with header ``sent0,sent1[,hard_neg]`` (supervised SimCSE), or ``sent0,sent1,hard_neg_1,...,
+  hard_neg_k``: k hard negatives a row (sentence-transformers' n-tuples; ``csekit mine --output_format n-tuple``);
 * a Hub dataset id (``org/name``, optionally ``org/name:config``), read with ``datasets.load_dataset`` through the
-  Hugging Face cache (``HF_HUB_OFFLINE`` honoured). Its ``train`` split needs the columns ``sent0[,sent1[,hard_neg]]``
-  or a single ``text`` column (unsupervised).
+  Hugging Face cache (``HF_HUB_OFFLINE`` honoured). Its ``train`` split needs the columns of a file's header
+  (``sent0[,sent1[,hard_neg]]``, or the n-tuple's) or a single ``text`` column (unsupervised).
 
 Relative file paths are also looked up in the data folder.
 """
@@ -25,12 +26,34 @@ from ..errors import DataError
 from .randomness import EXAMPLE_INDEX
 
 PAIR_COLUMNS = ("sent0", "sent1", "hard_neg")
+# a row's k hard negatives, hard_neg_1 .. hard_neg_k: the shape a trainer's data_columns names to take any k >= 1
+NEGATIVES = "hard_neg_1..k"
+NUMBERED_NEGATIVE = re.compile(r"hard_neg_([1-9][0-9]*)")
+SHAPES = (("sent0",), ("sent0", "sent1"), ("sent0", "sent1", "hard_neg"), ("sent0", "sent1", NEGATIVES))
+
+
+def text_columns(column_names) -> tuple:
+    """The text columns among ``column_names``, in the order a trainer's views take them: ``sent0``, ``sent1``, then
+    the hard negatives (``hard_neg``, or ``hard_neg_1``, ``hard_neg_2``... by number). Other columns are not texts."""
+    names = set(column_names)
+    numbered = sorted(int(match.group(1)) for match in map(NUMBERED_NEGATIVE.fullmatch, names) if match)
+    return tuple(name for name in PAIR_COLUMNS if name in names) + tuple(f"hard_neg_{i}" for i in numbered)
+
+
+def column_shape(columns: tuple) -> tuple:
+    """The shape of text ``columns`` as a trainer's ``data_columns`` names it: ``sent0,sent1,hard_neg_1..hard_neg_k``
+    (numbered from 1, none missing, no ``hard_neg`` beside them) is ``("sent0", "sent1", NEGATIVES)``; any other
+    columns are their own shape."""
+    numbered = tuple(name for name in columns if NUMBERED_NEGATIVE.fullmatch(name))
+    if numbered and columns == ("sent0", "sent1") + tuple(f"hard_neg_{i}" for i in range(1, len(numbered) + 1)):
+        return ("sent0", "sent1", NEGATIVES)
+    return tuple(columns)
 HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(:[\w.-]+)?")
 
 
 def read_pairs(path, limit: Optional[int] = None) -> dict:
-    """A CSV with header ``sent0,sent1[,hard_neg]`` (supervised SimCSE). Returns columns as lists; with ``limit``,
-    the first ``limit`` rows, and the file is read no further."""
+    """A CSV with header ``sent0,sent1[,hard_neg]`` or ``sent0,sent1,hard_neg_1,...,hard_neg_k`` (supervised SimCSE).
+    Returns columns as lists; with ``limit``, the first ``limit`` rows, and the file is read no further."""
     path = Path(path)
     lines = (line for _, line in read_lines(path))
     reader = csv.reader(lines)
@@ -38,8 +61,9 @@ def read_pairs(path, limit: Optional[int] = None) -> dict:
     if header is None:
         raise DataError(f"{path}: empty file, expected a header 'sent0,sent1[,hard_neg]'")
     header = [name.strip() for name in header]
-    if header[:2] != ["sent0", "sent1"] or len(header) > 3 or (len(header) == 3 and header[2] != "hard_neg"):
-        raise DataError(f"{path}:1: header is {','.join(header)!r}, expected 'sent0,sent1' or 'sent0,sent1,hard_neg'")
+    if tuple(header) != text_columns(header) or column_shape(tuple(header)) not in SHAPES[1:]:
+        raise DataError(f"{path}:1: header is {','.join(header)!r}, expected 'sent0,sent1', 'sent0,sent1,hard_neg' or "
+                        "'sent0,sent1,hard_neg_1,...,hard_neg_k'")
     columns = {name: [] for name in header}
     for row in reader:
         if limit is not None and len(columns["sent0"]) == limit:
@@ -76,10 +100,10 @@ def read_hub_dataset(name: str) -> dict:
     if names == ["text"] or ("text" in names and "sent0" not in names):
         header, source = ["sent0"], ["text"]
     else:
-        header = [column for column in PAIR_COLUMNS if column in names]
-        if header not in (["sent0"], ["sent0", "sent1"], ["sent0", "sent1", "hard_neg"]):
-            raise DataError(f"{name} (train split): columns are {', '.join(names)}; expected sent0[,sent1[,hard_neg]] "
-                            "or text")
+        header = list(text_columns(names))
+        if column_shape(tuple(header)) not in SHAPES:
+            raise DataError(f"{name} (train split): columns are {', '.join(names)}; expected sent0[,sent1[,hard_neg]], "
+                            "sent0,sent1,hard_neg_1,...,hard_neg_k or text")
         source = header
     columns = {column: [] for column in header}
     for row_number, row in enumerate(dataset.select_columns(source), start=1):
@@ -97,7 +121,7 @@ def read_hub_dataset(name: str) -> dict:
 
 def load_training_dataset(train_file: str, data_dir: Optional[str] = None, min_examples: int = 1,
                           max_examples: Optional[int] = None) -> Dataset:
-    """A ``datasets.Dataset`` with column ``sent0`` (and ``sent1``/``hard_neg`` for pairs) from ``--train_file``, and
+    """A ``datasets.Dataset`` with column ``sent0`` (and ``sent1``, hard negatives for pairs) from ``--train_file``, and
     ``example_index``, the row number.
 
     ``min_examples`` is the global batch size: a corpus smaller than one batch cannot form a single contrastive step.
@@ -136,8 +160,8 @@ def method_columns(column_names, data_columns: tuple, source: str, method: str) 
     """The columns of ``column_names`` that ``method`` trains on (one of its trainer's ``data_columns``:
     ``("sent0",)``, ...), or a one-line [`DataError`][csekit.errors.DataError] naming ``source`` and what the method
     takes."""
-    columns = tuple(name for name in PAIR_COLUMNS if name in column_names)
-    if columns not in data_columns:
+    columns = text_columns(column_names)
+    if column_shape(columns) not in data_columns:
         shapes = " or ".join(",".join(shape) for shape in data_columns)
         raise DataError(f"{source}: columns {','.join(columns) or 'none of ' + ','.join(PAIR_COLUMNS)}, but {method} "
                         f"trains on {shapes} (a .txt is one sentence a line)")
@@ -209,12 +233,13 @@ def data_fingerprint(columns) -> str:
     ``Dataset`` or a dict of lists, in order, after ``--max_train_samples``): the run record holds it, so a resume on
     other data under the same ``--train_file`` is refused (the first N lines of a file and a file of those N lines
     are the same data, and the same hash)."""
-    names = [name for name in PAIR_COLUMNS if name in (getattr(columns, "column_names", None) or columns)]
+    names = text_columns(getattr(columns, "column_names", None) or columns)
     digest = hashlib.sha256()
     for name in names:
         digest.update(json.dumps([name, list(columns[name])], ensure_ascii=False).encode("utf-8"))
     return f"sha256:{digest.hexdigest()}, {len(columns[names[0]])} examples"
 
 
-__all__ = ["PAIR_COLUMNS", "bad_text", "check_rows", "check_train_dataset", "data_fingerprint", "dataset_column_names",
-           "load_training_dataset", "method_columns", "read_hub_dataset", "read_pairs"]
+__all__ = ["NEGATIVES", "PAIR_COLUMNS", "SHAPES", "bad_text", "check_rows", "check_train_dataset", "column_shape",
+           "data_fingerprint", "dataset_column_names", "load_training_dataset", "method_columns", "read_hub_dataset",
+           "read_pairs", "text_columns"]

@@ -234,7 +234,7 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
                                   data_args.train_file, recipe.method.name)
     recipe.trainer_class.check_step(training_args, columns, recipe.method)
     if training_args.duplicate_negatives == "mask":
-        check_contrastable(train_dataset, columns, global_batch, len(columns) == 3)
+        check_contrastable(train_dataset, columns, global_batch, len(columns) > 2)
     for name, kind in getattr(recipe.config_class, "model_path_fields", {}).items():  # further models (a generator)
         value = getattr(model_args, name)
         AUXILIARY_CHECKS[kind](value, resolve_model_path(value), f"--{name}", tokenizer, model_path)

@@ -1,13 +1,17 @@
 """SimCSE trainer: InfoNCE between two dropout views, with hard negatives when the batch has them (Gao et al., 2021,
 eq. 1 unsupervised, eq. 5 supervised; ``hard_negative_weight`` is the authors' log-space weight on the own hard
-negative, 0 by default)."""
+negative, 0 by default). Beyond the paper's triplets, a row may carry k hard negatives (``hard_neg_1..hard_neg_k``):
+every one of them is a candidate of every anchor, as in sentence-transformers' ``MultipleNegativesRankingLoss``."""
 
 from ..modeling.losses import info_nce_loss
+from .data import NEGATIVES
 from .trainer import ContrastiveTrainer
 
 
 class SimCSETrainer(ContrastiveTrainer):
-    """SimCSE: InfoNCE between view 0 and view 1, with view 2 as hard negatives when present."""
+    """SimCSE: InfoNCE between view 0 and view 1, with views 2 onward as hard negatives when present."""
+
+    data_columns = ContrastiveTrainer.data_columns + (("sent0", "sent1", NEGATIVES),)
 
     def compute_losses(self, model, outputs, inputs) -> dict:
         config = self.unwrapped(model).config
@@ -18,7 +22,7 @@ class SimCSETrainer(ContrastiveTrainer):
             return info_nce_loss(
                 embeddings[:, 0],
                 embeddings[:, 1],
-                hard_negatives=embeddings[:, 2] if hard_negatives else None,
+                hard_negatives=embeddings[:, 2:] if hard_negatives else None,
                 temperature=config.temperature,
                 hard_negative_weight=config.hard_negative_weight,
                 rank=self.accelerator.process_index,
@@ -32,8 +36,8 @@ class SimCSETrainer(ContrastiveTrainer):
 
     @classmethod
     def negatives_per_anchor(cls, examples_per_step: int, columns: tuple) -> int:
-        """Every other example's positive, and every example's hard negative when the data has them."""
-        return examples_per_step * (2 if "hard_neg" in columns else 1) - 1
+        """Every other example's positive, and every example's hard negatives when the data has them."""
+        return examples_per_step * max(1, len(columns) - 1) - 1
 
 
 __all__ = ["SimCSETrainer"]

@@ -409,7 +409,7 @@ class ContrastiveTrainer(Trainer):
                                       method.name if method else type(self).__name__)
         self.check_step(args, columns, method)
         if getattr(args, "duplicate_negatives", "keep") == "mask":
-            check_contrastable(self.train_dataset, columns, examples, len(columns) == 3)
+            check_contrastable(self.train_dataset, columns, examples, len(columns) > 2)
         if not hasattr(self.train_dataset, "__len__"):
             self.train_dataset = checked_stream(self.train_dataset, columns)
         model = self.accelerator.unwrap_model(self.model)

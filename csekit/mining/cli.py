@@ -1,25 +1,29 @@
 """``csekit mine``: the command line of [`csekit.mining.hard_negatives`][csekit.mining.hard_negatives] (its module
 docstring says what each option means).
 
-    csekit mine MODEL --pairs pairs.csv --output triplets.csv [--num_negatives 1] ...
+    csekit mine MODEL --pairs pairs.csv --output triplets.csv [--num_negatives 1] [--output_format n-tuple] ...
 """
 
 import sys
 
 from ..errors import DataError
 from ..options import add_device, add_encoding, positive_int
-from . import SAMPLING
+from . import OUTPUT_FORMATS, SAMPLING
 
 
 def add_mine_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "mine", help="Mine hard negatives for sent0,sent1 pairs with an embedder: sent0,sent1,hard_neg triplets.",
+        "mine", help="Mine hard negatives for sent0,sent1 pairs with an embedder: triplets or n-tuples.",
         description="Mine hard negatives for (anchor, positive) pairs with an embedder, as sentence-transformers' "
-        "mine_hard_negatives does (its triplet output), and write the sent0,sent1,hard_neg CSV supervised SimCSE "
-        "trains on. MODEL is any embedder csekit evaluate reads.")
+        "mine_hard_negatives does (its triplet and n-tuple outputs), and write the sent0,sent1,hard_neg CSV (or "
+        "sent0,sent1,hard_neg_1,...,hard_neg_k) supervised SimCSE trains on. MODEL is any embedder csekit evaluate "
+        "reads.")
     parser.add_argument("model", metavar="MODEL")
     parser.add_argument("--pairs", required=True, help="A sent0,sent1 CSV, or a Hub dataset with those columns.")
-    parser.add_argument("--output", required=True, help="The triplets' CSV file (sent0,sent1,hard_neg).")
+    parser.add_argument("--output", required=True, help="The CSV file of the mined rows.")
+    parser.add_argument("--output_format", "--output-format", choices=OUTPUT_FORMATS, default="triplet",
+                        help="triplet: sent0,sent1,hard_neg, a row per negative; n-tuple: "
+                        "sent0,sent1,hard_neg_1,...,hard_neg_k, a row per pair with its --num_negatives negatives.")
     parser.add_argument("--overwrite", action="store_true", help="Replace --output if it exists.")
     parser.add_argument("--corpus", default=None,
                         help="A text file of further candidates, one a line (default: the positives alone).")
@@ -52,10 +56,10 @@ def run_mine(args) -> int:
     from ..evaluation.encoders import load_embedder
     from ..preflight import check_output_file
     from ..trainers.data import load_training_dataset
-    from .hard_negatives import check_candidates, check_mining_options, mine_hard_negatives, triplets_csv
+    from .hard_negatives import check_candidates, check_mining_options, mine_hard_negatives, mined_csv
 
     check_mining_options(args.num_negatives, args.range_min, args.range_max, args.relative_margin,
-                         args.absolute_margin, args.max_score, args.sampling)
+                         args.absolute_margin, args.max_score, args.sampling, args.output_format)
     output = check_output_file(args.output, "--output", [args.model])
     if output.exists() and not args.overwrite:
         raise DataError(f"--output {args.output}: exists; give --overwrite to replace it")
@@ -67,15 +71,16 @@ def run_mine(args) -> int:
     embed, _ = load_embedder(args.model, max_length=args.max_length, batch_size=args.batch_size, device=args.device)
     columns, summary = mine_hard_negatives(
         pairs["sent0"], pairs["sent1"], embed, corpus, args.num_negatives, args.range_min, args.range_max,
-        args.relative_margin, args.absolute_margin, args.max_score, args.sampling, args.seed)
+        args.relative_margin, args.absolute_margin, args.max_score, args.sampling, args.seed,
+        output_format=args.output_format)
     if not summary["rows"]:
         raise DataError("no negative survived the filters (--relative_margin, --absolute_margin, --max_score, "
                         "--range_max); loosen them")
-    write_text(output, triplets_csv(columns))
+    write_text(output, mined_csv(columns))
     dropped = ", ".join(f"{count} by --{name}" for name, count in summary["dropped"].items()) or "none"
-    print(f"{summary['rows']} triplets from {summary['anchors']} anchors and {summary['candidates']} candidates "
-          f"(ranks {args.range_min}..{summary['range_max']}; candidates dropped: {dropped}; anchors with fewer than "
-          f"{args.num_negatives} negative(s): {summary['anchors_short']}) in {output}", file=sys.stderr)
+    print(f"{summary['rows']} {args.output_format}s from {summary['anchors']} anchors and {summary['candidates']} "
+          f"candidates (ranks {args.range_min}..{summary['range_max']}; candidates dropped: {dropped}; anchors with "
+          f"fewer than {args.num_negatives} negative(s): {summary['anchors_short']}) in {output}", file=sys.stderr)
     return 0
 
 

@@ -1,17 +1,20 @@
-"""Hard negatives for (anchor, positive) pairs, mined with an embedder and written as the triplets supervised SimCSE
-trains on (``csekit mine``).
+"""Hard negatives for (anchor, positive) pairs, mined with an embedder and written as the triplets or n-tuples
+supervised SimCSE trains on (``csekit mine``).
 
     csekit mine MODEL --pairs pairs.csv --output triplets.csv [--corpus FILE]
         [--num_negatives 1] [--range_min 0] [--range_max N] [--relative_margin 0.05]
         [--absolute_margin M] [--max_score S] [--sampling top|random] [--seed 42]
+        [--output_format triplet|n-tuple]
 
 The pairs are a ``sent0,sent1`` CSV (or a Hub dataset with those columns); the output is a ``sent0,sent1,hard_neg``
-CSV that ``csekit train simcse --train_file`` and sentence-transformers' trainer both read. MODEL is any embedder
-``csekit evaluate`` reads (a csekit folder with its own pooling and default prompt, a sentence-transformers folder
-read through sentence-transformers, a Hub id).
+CSV (``--output_format triplet``) or a ``sent0,sent1,hard_neg_1,...,hard_neg_k`` one (``n-tuple``, k =
+``--num_negatives``), which ``csekit train simcse --train_file`` and sentence-transformers' trainer both read.
+MODEL is any embedder ``csekit evaluate`` reads (a csekit folder with its own pooling and default prompt, a
+sentence-transformers folder read through sentence-transformers, a Hub id).
 
 Each option has sentence-transformers' meaning (``sentence_transformers.util.mine_hard_negatives``, its ``triplet``
-output), and with the same embeddings the same negatives come out in the same order (tests/test_mining.py):
+and ``n-tuple`` outputs), and with the same embeddings the same negatives come out in the same order
+(tests/test_mining.py):
 
 * candidates: the distinct positives, plus ``--corpus``; an anchor's own positives are never its negatives;
 * every anchor's candidates ranked by cosine similarity, top-k in chunks of anchors, so the similarity matrix is
@@ -22,8 +25,9 @@ output), and with the same embeddings the same negatives come out in the same or
 * ``--sampling top`` keeps the ``--num_negatives`` best, ``random`` draws them among the kept candidates with a
   generator seeded by ``--seed`` (sentence-transformers draws from Python's global ``random``: the same draws when it
   is seeded with the same number);
-* one row per (anchor, positive, negative); an anchor left with too few candidates gets fewer rows, and the summary
-  says how many.
+* ``triplet``: one row per (anchor, positive, negative); an anchor left with too few candidates gets fewer rows;
+  ``n-tuple``: one row per (anchor, positive) with its negatives best first; an anchor left with fewer than
+  ``--num_negatives`` gets none. The summary says how many anchors were short.
 """
 
 import csv
@@ -37,16 +41,22 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import DataError
-from . import SAMPLING
+from . import OUTPUT_FORMATS, SAMPLING
 
 # the most similarity scores computed at once: a chunk of anchors against the whole corpus (512 MB in float32)
 CHUNK_ELEMENTS = 2**27
-OUTPUT_COLUMNS = ("sent0", "sent1", "hard_neg")
+
+
+def output_columns(output_format: str, num_negatives: int) -> tuple:
+    """The columns of the mined rows: ``sent0,sent1,hard_neg``, or ``sent0,sent1,hard_neg_1..hard_neg_k``."""
+    if output_format == "triplet":
+        return ("sent0", "sent1", "hard_neg")
+    return ("sent0", "sent1") + tuple(f"hard_neg_{i}" for i in range(1, num_negatives + 1))
 
 
 def check_mining_options(num_negatives: int, range_min: int, range_max: Optional[int],
                          relative_margin: Optional[float], absolute_margin: Optional[float],
-                         max_score: Optional[float], sampling: str) -> None:
+                         max_score: Optional[float], sampling: str, output_format: str = "triplet") -> None:
     """Every option's range, before anything is encoded; one line each."""
     for name, value in (("relative_margin", relative_margin), ("absolute_margin", absolute_margin),
                         ("max_score", max_score)):
@@ -68,6 +78,8 @@ def check_mining_options(num_negatives: int, range_min: int, range_max: Optional
         raise DataError(f"--max_score {max_score}: must be in [-1, 1] (a cosine similarity)")
     if sampling not in SAMPLING:
         raise DataError(f"--sampling {sampling!r}: choose {' or '.join(SAMPLING)}")
+    if output_format not in OUTPUT_FORMATS:
+        raise DataError(f"--output_format {output_format!r}: choose {' or '.join(OUTPUT_FORMATS)}")
 
 
 def check_candidates(candidates: list, num_negatives: int) -> None:
@@ -163,12 +175,14 @@ def mine_hard_negatives(anchors: list, positives: list, embed: Callable, corpus:
                         num_negatives: int = 1, range_min: int = 0, range_max: Optional[int] = None,
                         relative_margin: Optional[float] = None, absolute_margin: Optional[float] = None,
                         max_score: Optional[float] = None, sampling: str = "top", seed: int = 42,
-                        progress: bool = True) -> tuple:
+                        progress: bool = True, output_format: str = "triplet") -> tuple:
     """``(columns, summary)``: ``columns`` ``{"sent0": [...], "sent1": [...], "hard_neg": [...]}`` with one row per
-    (anchor, positive, negative), and ``summary`` the counts the command prints. ``embed(texts) -> (n, d)`` array
-    is the embedder (``csekit.evaluation.encoders.load_embedder``). The options are the module docstring's."""
+    (anchor, positive, negative) (``n-tuple``: ``hard_neg_1``... with one row per (anchor, positive)), and
+    ``summary`` the counts the command prints. ``embed(texts) -> (n, d)`` array is the embedder
+    (``csekit.evaluation.encoders.load_embedder``). The options are the module docstring's."""
     filters = {"relative_margin": relative_margin, "absolute_margin": absolute_margin, "max_score": max_score}
-    check_mining_options(num_negatives, range_min, range_max, sampling=sampling, **filters)
+    check_mining_options(num_negatives, range_min, range_max, sampling=sampling, output_format=output_format,
+                         **filters)
     candidates = list(dict.fromkeys((corpus or []) + list(positives)))
     queries, own = own_positives(anchors, positives, candidates)
     most = max(len(rows) for rows in own)
@@ -180,26 +194,30 @@ def mine_hard_negatives(anchors: list, positives: list, embed: Callable, corpus:
     scores, indices, dropped = ranked_candidates(queries, candidates, own, embed, range_max + most, filters, progress)
     scores, order = torch.topk(scores, k=range_max, dim=1)
     indices, scores = indices.gather(1, order)[:, range_min:], scores[:, range_min:]
-    columns, short = {name: [] for name in OUTPUT_COLUMNS}, 0
+    columns, short = {name: [] for name in output_columns(output_format, num_negatives)}, 0
     for i, picked in enumerate(picked_columns(scores, num_negatives, sampling, seed)):
         negatives = [candidates[int(indices[i, c])] for c in picked if not torch.isinf(scores[i, c])]
         short += len(negatives) < num_negatives
-        for row, negative in ((row, negative) for row in own[i] for negative in negatives):
-            columns["sent0"].append(queries[i])
-            columns["sent1"].append(candidates[row])
-            columns["hard_neg"].append(negative)
+        if output_format == "triplet":
+            rows = [(row, [negative]) for row in own[i] for negative in negatives]
+        else:  # one row per positive, and none short of negatives
+            rows = [(row, negatives) for row in own[i]] if len(negatives) == num_negatives else []
+        for row, kept in rows:
+            for name, text in zip(columns, [queries[i], candidates[row], *kept]):
+                columns[name].append(text)
     summary = {"anchors": len(queries), "candidates": len(candidates), "rows": len(columns["sent0"]),
                "range_max": range_max, "dropped": dropped, "anchors_short": short}
     return columns, summary
 
 
-def triplets_csv(columns: dict) -> str:
-    """The mined rows as a ``sent0,sent1,hard_neg`` CSV, as csekit's supervised training reads it."""
+def mined_csv(columns: dict) -> str:
+    """The mined rows as a CSV with the columns' header (``sent0,sent1,hard_neg`` or the n-tuple's), as csekit's
+    supervised training reads it."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(OUTPUT_COLUMNS)
-    writer.writerows(zip(*(columns[name] for name in OUTPUT_COLUMNS)))
+    writer.writerow(columns)
+    writer.writerows(zip(*columns.values()))
     return out.getvalue()
 
 
-__all__ = ["OUTPUT_COLUMNS", "check_candidates", "check_mining_options", "mine_hard_negatives", "triplets_csv"]
+__all__ = ["check_candidates", "check_mining_options", "mine_hard_negatives", "mined_csv", "output_columns"]
