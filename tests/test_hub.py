@@ -252,7 +252,10 @@ def test_training_file_may_be_a_hub_dataset(monkeypatch, tmp_path):
     served = {"org/unsup": Dataset.from_dict({"text": ["first sentence", "", "second sentence", "third"]}),
               "org/pairs": Dataset.from_dict({"sent0": ["a", "b"], "sent1": ["c", "d"], "label": [1, 0]}),
               "org/badcols": Dataset.from_dict({"premise": ["a"], "hypothesis": ["b"]}),
-              "org/hole": Dataset.from_dict({"sent0": ["a", "b", "c"], "sent1": ["x", " ", "z"]})}
+              "org/hole": Dataset.from_dict({"sent0": ["a", "b", "c"], "sent1": ["x", " ", "z"]}),
+              "org/tuples": Dataset.from_dict({"hard_neg_2": ["n2"], "sent1": ["p"], "hard_neg_1": ["n1"],
+                                               "sent0": ["a"], "score": [0.5]}),
+              "org/gap": Dataset.from_dict({"sent0": ["a"], "sent1": ["p"], "hard_neg_2": ["n2"]})}
     calls = []
 
     def fake_load_dataset(name, config=None, split=None):
@@ -269,6 +272,11 @@ def test_training_file_may_be_a_hub_dataset(monkeypatch, tmp_path):
     pairs = load_training_dataset("org/pairs:plain")
     assert pairs.column_names == ["sent0", "sent1", "example_index"]
     assert calls[-1] == ("org/pairs", "plain", "train")
+    tuples = load_training_dataset("org/tuples")  # k hard negatives a row, in number order whatever the dataset's
+    assert tuples.column_names == ["sent0", "sent1", "hard_neg_1", "hard_neg_2", "example_index"]
+    assert tuples[0] == {"sent0": "a", "sent1": "p", "hard_neg_1": "n1", "hard_neg_2": "n2", "example_index": 0}
+    with pytest.raises(DataError, match=r"org/gap \(train split\): columns are sent0, sent1, hard_neg_2"):
+        load_training_dataset("org/gap")
     with pytest.raises(DataError, match=r"org/badcols \(train split\): columns are premise, hypothesis"):
         load_training_dataset("org/badcols")
     with pytest.raises(DataError, match=r"org/hole \(train split\) row 2: empty sent1"):
