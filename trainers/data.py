@@ -30,6 +30,12 @@ PAIR_COLUMNS = ("sent0", "sent1", "hard_neg")
 NEGATIVES = "hard_neg_1..k"
 NUMBERED_NEGATIVE = re.compile(r"hard_neg_([1-9][0-9]*)")
 SHAPES = (("sent0",), ("sent0", "sent1"), ("sent0", "sent1", "hard_neg"), ("sent0", "sent1", NEGATIVES))
+HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(:[\w.-]+)?")
+
+
+def n_tuple_columns(k: int) -> tuple:
+    """The columns of rows of ``k`` hard negatives: ``sent0, sent1, hard_neg_1, ..., hard_neg_k``."""
+    return ("sent0", "sent1") + tuple(f"hard_neg_{i}" for i in range(1, k + 1))
 
 
 def text_columns(column_names) -> tuple:
@@ -45,10 +51,9 @@ def column_shape(columns: tuple) -> tuple:
     (numbered from 1, none missing, no ``hard_neg`` beside them) is ``("sent0", "sent1", NEGATIVES)``; any other
     columns are their own shape."""
     numbered = tuple(name for name in columns if NUMBERED_NEGATIVE.fullmatch(name))
-    if numbered and columns == ("sent0", "sent1") + tuple(f"hard_neg_{i}" for i in range(1, len(numbered) + 1)):
+    if numbered and columns == n_tuple_columns(len(numbered)):
         return ("sent0", "sent1", NEGATIVES)
     return tuple(columns)
-HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(:[\w.-]+)?")
 
 
 def read_pairs(path, limit: Optional[int] = None) -> dict:
@@ -241,5 +246,5 @@ def data_fingerprint(columns) -> str:
 
 
 __all__ = ["NEGATIVES", "PAIR_COLUMNS", "SHAPES", "bad_text", "check_rows", "check_train_dataset", "column_shape",
-           "data_fingerprint", "dataset_column_names", "load_training_dataset", "method_columns", "read_hub_dataset",
-           "read_pairs", "text_columns"]
+           "data_fingerprint", "dataset_column_names", "load_training_dataset", "method_columns", "n_tuple_columns",
+           "read_hub_dataset", "read_pairs", "text_columns"]

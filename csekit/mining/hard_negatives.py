@@ -41,6 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import DataError
+from ..trainers.data import PAIR_COLUMNS, n_tuple_columns
 from . import OUTPUT_FORMATS, SAMPLING
 
 # the most similarity scores computed at once: a chunk of anchors against the whole corpus (512 MB in float32)
@@ -48,10 +49,9 @@ CHUNK_ELEMENTS = 2**27
 
 
 def output_columns(output_format: str, num_negatives: int) -> tuple:
-    """The columns of the mined rows: ``sent0,sent1,hard_neg``, or ``sent0,sent1,hard_neg_1..hard_neg_k``."""
-    if output_format == "triplet":
-        return ("sent0", "sent1", "hard_neg")
-    return ("sent0", "sent1") + tuple(f"hard_neg_{i}" for i in range(1, num_negatives + 1))
+    """The columns of the mined rows, those supervised training reads: ``sent0,sent1,hard_neg``, or
+    ``sent0,sent1,hard_neg_1..hard_neg_k``."""
+    return PAIR_COLUMNS if output_format == "triplet" else n_tuple_columns(num_negatives)
 
 
 def check_mining_options(num_negatives: int, range_min: int, range_max: Optional[int],
