@@ -19,8 +19,10 @@ from .atomic import write_json
 from .errors import report_errors
 from .evaluation.run_scores import score_run
 from .loading import LOCAL_PATHS, RESULTS_FILE, local_paths
+from .preflight import TRAIN_DATA
 from .publishing.hub import push_to_hub
 from .publishing.model_card import write_model_card
+from .trainers.arguments import group_values
 from .trainers.output_dir import RunFolder
 from .trainers.runner import (
     TrainingRecipe,
@@ -123,7 +125,9 @@ def run_recipe(recipe: TrainingRecipe, model_args, data_args, training_args, ext
     batch = batch_record(trainer, run.columns)
     logger.info(describe_batch(batch))
     main = trainer.is_world_process_zero()
-    arguments = dict(model_args=model_args, data_args=data_args, training_args=training_args,
+    # the data as trained on beside its flags: each dataset's hash (and share of the steps, when several)
+    data = {**group_values(data_args), "train_dataset": run.record[TRAIN_DATA]}
+    arguments = dict(model_args=model_args, data_args=data, training_args=training_args,
                      **({"extra_args": extra_args} if extra_args else {}),
                      **({"resume": {"checkpoint": run.resume, "accepted_changes": run.accepted}} if run.accepted
                         else {}))

@@ -25,6 +25,29 @@ def test_yaml_unknown_key_is_rejected(tmp_path, capsys):
     assert "unknown key(s) learning_rte" in capsys.readouterr().err
 
 
+def test_train_file_given_twice_to_a_recipe_taking_one_is_one_line(capsys):
+    """CLSR trains on one set of pairs: a second --train_file, which the other recipes add, would silently replace the
+    first (argparse keeps the last)."""
+    from csekit.recipes.clsr import RECIPE as clsr
+
+    with pytest.raises(SystemExit) as exit_:
+        clsr.parse(["--train_file", "a.csv", "--seed", "3", "--train_file=b.csv"])
+    error = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "--train_file is given more than once, but this recipe takes one" in error
+    assert "\n" not in error
+    assert RECIPE.parse(["--seed", "1", "--seed", "2"])[2].seed == 2  # another flag: the last, as argparse keeps it
+
+
+def test_train_file_given_several_times_or_with_several_values_is_the_list_of_them(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("train_file:\n  - a.csv\n  - b.txt\n")
+    for argv in (["--train_file", "a.csv", "--train_file", "b.txt"], ["--train_file", "a.csv", "b.txt"],
+                 ["--config", str(config)]):
+        assert RECIPE.parse(argv)[1].train_file == ["a.csv", "b.txt"]
+    assert RECIPE.parse(["--train_file", "a.csv"])[1].train_file == "a.csv"  # one is recorded as a path
+    assert RECIPE.parse(["--config", str(config), "--train_file", "c.csv"])[1].train_file == "c.csv"  # flags win
+
+
 def test_embeddings_do_not_depend_on_batch_composition(saved_tiny_model):
     model = SimCSEModel.from_pretrained(saved_tiny_model)
     sentences = [f"sentence number {i} " + "word " * (i % 13) for i in range(64)]

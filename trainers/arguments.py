@@ -38,6 +38,7 @@ from ..loading import ARGUMENTS_FILE, LOCAL_PATHS, local_paths
 from ..options import FLAG_ALIASES, FLAG_NAMES, positive_int
 from ..paper_configs import configs_dir, paper_configs
 from ..preflight import backbone_table, check_finite_groups, check_training_arguments
+from .multi_dataset import BATCH_SAMPLERS
 
 
 # ------------------------------------------------------------------------------------------------ method flags
@@ -137,13 +138,23 @@ POSITIVE_FLAGS = ("max_seq_length", "per_device_train_batch_size", "encode_batch
                   "mini_batch_size", "mini_batch_tokens", "lora_r")
 
 
+class SeveralValues(argparse.Action):
+    """``nargs="+"`` that also takes its flag more than once (``--train_file a --train_file b`` is ``--train_file a
+    b``): the values add up, and replace the default rather than join it (argparse's own ``extend`` joins it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        previous = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, [*([] if previous is self.default else previous or []), *values])
+
+
 @dataclass
 class DataArguments:
-    train_file: str = field(
-        default="wiki/wiki1m_for_simcse.txt",
+    train_file: list[str] = field(
+        default_factory=lambda: ["wiki/wiki1m_for_simcse.txt"],
         metadata={"help": "Training data: a .txt (one sentence a line, unsupervised), a .csv (sent0,sent1[,hard_neg], "
-                  "supervised), or a Hub dataset id (columns as for the .csv, or one 'text' column). Relative paths "
-                  "are also looked up in the data folder."},
+                  "supervised), or a Hub dataset id (the .csv's columns, or 'text'), also looked up in the data "
+                  "folder. Several train in one run, each step's batch from one.",
+                  "action": SeveralValues, "metavar": "FILE"},
     )
     max_train_samples: Optional[int] = field(
         default=None, metadata={"help": "Train on the first N examples of --train_file only (file order; the rest "
@@ -158,13 +169,21 @@ class DataArguments:
                                  "(its top-level files are replaced by the model's)."}
     )
 
+    def __post_init__(self):
+        # one file is recorded as a path, as ever; several as their list, each its own dataset
+        files = [self.train_file] if isinstance(self.train_file, str) else list(self.train_file)
+        repeated = sorted({name for name in files if files.count(name) > 1})
+        if repeated:
+            raise DataError(f"--train_file {repeated[0]} is given more than once; give each dataset once")
+        self.train_file = files[0] if len(files) == 1 else files
+
 
 @dataclass
 class ContrastiveDataArguments(DataArguments):
     max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
     padding_free: Optional[bool] = field(default=None, metadata={
-        "help": "Pack each batch's real tokens into one row, no padding (same math, less work); false pads. Default: "
-                "packed on the CPU, padded on a GPU (faster there: docs/training.md), compiled or not."})
+        "help": "Pack each batch's real tokens into one row (same math, less work); false pads. Default: packed on "
+                "the CPU, padded on a GPU (faster there)."})
     pad_to_multiple_of: Optional[int] = field(default=None, metadata={
         "help": "Pad each padded batch's length (a packed batch's layout width) to a multiple of N, so a compiled "
                 "step meets few shapes (CUDA graphs need fixed ones). Default: --max_seq_length under --torch_compile "
@@ -197,15 +216,15 @@ class CSETrainingArguments(TrainingArguments):
         "help": "Continue from 'last' (the newest complete checkpoint in --output_dir) or a checkpoint folder; the "
                 "result equals the uninterrupted run."})
     resume_accept_changes: bool = field(default=False, metadata={
-        "help": "Resume from a checkpoint made with other settings (refused otherwise, naming each: the result is not "
-                "the uninterrupted run's); training_args.json records the changes and which cannot take effect."})
+        "help": "Resume from a checkpoint made with other settings (refused otherwise, naming each); "
+                "training_args.json records each change and whether it took effect."})
     push_to_hub: bool = field(default=False, metadata={
         "help": "Publish the final model to --hub_model_id once, after the test evaluation, as `csekit push` does "
                 "(checkpoints are never pushed)."})
     mini_batch_size: Optional[int] = field(default=None, metadata={
-        "help": "Exact gradient caching: encode each step's batch in chunks of this many examples (twice: without "
-                "and with the graph, same dropout masks), the loss on the whole batch. Same loss and gradients, "
-                "activation memory of one chunk, about one more forward pass of time. Unset: no caching."})
+        "help": "Exact gradient caching: encode each step's batch in chunks of this many examples (twice, same "
+                "dropout masks), the loss on the whole batch: same loss and gradients, one chunk's activation "
+                "memory, about one more forward pass of time."})
     mini_batch_tokens: Optional[int] = field(default=None, metadata={
         "help": "Exact gradient caching with chunks of whole examples holding at most this many tokens (packed: real "
                 "tokens; padded: rows x width), so memory follows the budget whatever the lengths; instead of "
@@ -229,15 +248,18 @@ class CSETrainingArguments(TrainingArguments):
         "help": "With --lora_r: also write the adapter alone to OUTPUT_DIR/adapter/ (SentenceTransformer loads it "
                 "with peft)."})
     keep_checkpoints: bool = field(default=False, metadata={
-        "help": "Keep the checkpoint-N folders (optimizer state, for resuming) after the run; by default they are "
-                "removed once the final model, its scores and card are in --output_dir."})
+        "help": "Keep the checkpoint-N folders (for resuming) after the run; by default they go once the model, its "
+                "scores and card are in --output_dir."})
+    multi_dataset_batch_sampler: str = field(default="proportional", metadata={
+        "help": "With several --train_file: 'proportional' (each dataset's batches once an epoch, in shuffled "
+                "turns) or 'round_robin' (one of each in turn).",
+        "choices": list(BATCH_SAMPLERS)})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
     dataloader_num_workers: Optional[int] = field(default=None, metadata={
-        "help": f"Processes that collate batches ahead of the step. Default: {ACCELERATOR_LOADER_WORKERS} on a GPU "
-                "(collation off the step's path, into pinned memory, two batches prefetched each), 0 (the main "
-                "process) on the CPU, where workers would take the cores the step computes on. The batches are the "
-                "same either way: a collator's random draws are seeded per example."})
+        "help": f"Processes that collate batches ahead of the step: {ACCELERATOR_LOADER_WORKERS} on a GPU (into "
+                "pinned memory), 0 on the CPU (workers would take the step's cores). The batches are the same "
+                "either way (random draws are seeded per example)."})
 
     def __post_init__(self):
         # A host without a GPU (or other accelerator) trains on CPU. Saying so is also what makes the processes of
@@ -408,6 +430,23 @@ def check_sizes(parser: argparse.ArgumentParser, groups: tuple) -> None:
                     parser.error(f"argument --{name}: {error}")
 
 
+# flags that add up where a recipe takes several (``SeveralValues``): in a recipe taking one, a repeat is one line
+ADDING_FLAGS = ("train_file",)
+
+
+def check_repeated_flags(parser: argparse.ArgumentParser, argv: list) -> None:
+    """``--train_file`` given twice to a recipe that trains on one (CLSR's pairs) is one line: argparse would keep the
+    last, where the other recipes train on both. (Any other flag given twice keeps its last value, as argparse does:
+    the usual way to override a flag in a script.)"""
+    counts = {}
+    for item in argv:
+        action = parser._option_string_actions.get(item.split("=", 1)[0]) if item.startswith("--") else None
+        if action is not None and action.dest in ADDING_FLAGS and not isinstance(action, SeveralValues):
+            counts[action.dest] = counts.get(action.dest, 0) + 1
+            if counts[action.dest] > 1:
+                parser.error(f"--{action.dest} is given more than once, but this recipe takes one; give it once")
+
+
 def parse_recipe_args(
     dataclass_types: tuple, argv: Optional[list] = None, defaults: Optional[dict] = None,
     description: Optional[str] = None, prog: Optional[str] = None, recipe: Optional[str] = None,
@@ -429,6 +468,7 @@ def parse_recipe_args(
             if renamed != argv:
                 warnings.warn(f"--{old} is now --{new}; the old name is accepted until the next release")
             argv = renamed
+    check_repeated_flags(parser, argv)
     config = pop_config_flag(argv)
     if config:
         parser.set_defaults(**read_config_file(parser, dataclass_types, config, recipe))

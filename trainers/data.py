@@ -199,7 +199,7 @@ def dataset_column_names(dataset, source: str) -> list:
     if dataset is None:
         raise DataError(f"{source}: none given; pass a datasets.Dataset with the method's columns")
     if isinstance(dataset, dict) and dataset and all(hasattr(value, "column_names") for value in dataset.values()):
-        raise DataError(f"{source}: a dict of {len(dataset)} datasets ({', '.join(map(str, dataset))}); a csekit "
+        raise DataError(f"{source}: a dict of {len(dataset)} datasets ({', '.join(map(str, dataset))}); this "
                         "trainer trains on one dataset: pass one of them, or datasets.concatenate_datasets(...) of "
                         "those with the same columns")
     names = getattr(dataset, "column_names", None)

@@ -49,10 +49,11 @@ from .arguments import (
     write_arguments,
 )
 from .collators import enable_padding_free
-from .data import check_train_dataset, data_fingerprint, load_training_dataset
+from .data import check_train_dataset, load_training_dataset
 from .lora import check_lora_method
+from .multi_dataset import DatasetMix, MultiDatasetBatchSampler
 from .output_dir import RunFolder
-from .trainer import check_contrastable, require_finite_weights
+from .trainer import check_contrastable, data_identity, require_finite_weights
 
 logger = logging.getLogger(__name__)
 
@@ -226,20 +227,38 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
     check_lengths(model_args, model_path, tokenizer, max_seq_length=data_args.max_seq_length)
     check_prompt_room(getattr(model_args, "prompt", None), tokenizer, data_args.max_seq_length, "--max_seq_length")
     global_batch = training_args.per_device_train_batch_size * training_args.world_size
-    train_dataset = load_training_dataset(data_args.train_file, data_args.data_dir, global_batch,
-                                          data_args.max_train_samples)
-    record[TRAIN_DATA] = data_fingerprint(train_dataset)  # what is trained on, not only the file's name
+    files = [data_args.train_file] if isinstance(data_args.train_file, str) else data_args.train_file
+    loaded = {name: load_training_dataset(name, data_args.data_dir, global_batch, data_args.max_train_samples)
+              for name in files}
+    train_dataset = loaded[files[0]] if len(files) == 1 else DatasetMix(loaded, "--train_file")
+    # what is trained on, not only the files' names (several: each one's, with its share of the steps)
+    record[TRAIN_DATA] = data_identity(train_dataset, mix_shares(train_dataset, training_args))
     accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []
-    columns = check_train_dataset(train_dataset, recipe.trainer_class.data_columns, global_batch,
-                                  data_args.train_file, recipe.method.name)
-    recipe.trainer_class.check_step(training_args, columns, recipe.method)
-    if training_args.duplicate_negatives == "mask":
-        check_contrastable(train_dataset, columns, global_batch, len(columns) > 2)
+    trained_columns = []
+    for name, dataset in loaded.items():
+        columns = check_train_dataset(dataset, recipe.trainer_class.data_columns, global_batch, name,
+                                      recipe.method.name)
+        recipe.trainer_class.check_step(training_args, columns, recipe.method)
+        if training_args.duplicate_negatives == "mask":
+            check_contrastable(dataset, columns, global_batch, len(columns) > 2)
+        trained_columns.append(columns)
+    # the record's negatives per anchor: those of the data with the fewest
+    columns = min(trained_columns, key=lambda each: recipe.trainer_class.negatives_per_anchor(global_batch, each))
     for name, kind in getattr(recipe.config_class, "model_path_fields", {}).items():  # further models (a generator)
         value = getattr(model_args, name)
         AUXILIARY_CHECKS[kind](value, resolve_model_path(value), f"--{name}", tokenizer, model_path)
     return CheckedRun(folder, resume, accepted, record, publish, data_dir, dev, test, model_path, tokenizer,
                       train_dataset, columns)
+
+
+def mix_shares(dataset, training_args) -> Optional[dict]:
+    """Each dataset's share of the steps when ``dataset`` is several
+    ([`MultiDatasetBatchSampler`][csekit.trainers.multi_dataset.MultiDatasetBatchSampler]), else ``None``."""
+    if not isinstance(dataset, DatasetMix):
+        return None
+    return MultiDatasetBatchSampler(dataset, training_args.per_device_train_batch_size, training_args.world_size,
+                                    training_args.multi_dataset_batch_sampler,
+                                    drop_last=training_args.dataloader_drop_last).shares()
 
 
 def training_layout(padding_free: Optional[bool], training_args) -> tuple:

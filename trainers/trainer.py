@@ -43,6 +43,7 @@ from .collators import TEXT_IDS, ContrastiveCollator, text_id
 from .data import check_rows, check_train_dataset, data_fingerprint, method_columns
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
 from .lora import apply_lora, check_lora_method, lora_config, lora_group
+from .multi_dataset import DatasetMix, MultiDatasetBatchSampler, mix_identity, one_training_dataset
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -64,10 +65,13 @@ def run_record(model, args, data: Optional[str] = None, peft_config=None) -> dic
     return {**record, TRAIN_DATA: data} if data is not None else record
 
 
-def data_identity(dataset) -> Optional[str]:
+def data_identity(dataset, shares: Optional[dict] = None) -> Optional[str]:
     """What names a training dataset's content in a run record: the hash of its texts for a dataset of known size
-    ([`data_fingerprint`][csekit.trainers.data.data_fingerprint], as ``--train_file``'s), else a streaming dataset's
-    own fingerprint or description (its builder, config and split)."""
+    ([`data_fingerprint`][csekit.trainers.data.data_fingerprint], as ``--train_file``'s), for several datasets each
+    one's with its ``shares`` of the steps ([`mix_identity`][csekit.trainers.multi_dataset.mix_identity]), else a
+    streaming dataset's own fingerprint or description (its builder, config and split)."""
+    if isinstance(dataset, DatasetMix):
+        return mix_identity(dataset, data_fingerprint, shares)
     if hasattr(dataset, "__len__"):
         return data_fingerprint(dataset)
     info = getattr(dataset, "info", None)
@@ -137,14 +141,20 @@ def require_finite_weights(model: torch.nn.Module, what: str) -> None:
 
 
 class CollatorEpoch(TrainerCallback):
-    """Tells a collator with random draws (``randomness.py``) the epoch whose batches it is about to collate. The
-    Trainer creates the epoch's dataloader iterator (and its worker processes) after ``on_epoch_begin``."""
+    """Tells a collator with random draws (``randomness.py``), or a batch sampler of several datasets, the epoch whose
+    batches it is about to collate or draw. The Trainer creates the epoch's dataloader iterator (and its worker
+    processes) after ``on_epoch_begin``."""
 
     def __init__(self, collator):
         self.collator = collator
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.collator.set_epoch(math.floor(state.epoch + 1e-6))  # a resumed run starts inside an epoch
+
+
+class SamplerEpoch(CollatorEpoch):
+    """`CollatorEpoch` for the batch sampler of several datasets (a callback class of its own: the Trainer keeps one
+    callback per class)."""
 
 
 class OptimizerStepHook(TrainerCallback):
@@ -355,7 +365,8 @@ class ContrastiveTrainer(Trainer):
                                       "processing_class")
         if tokenizer is not None and getattr(model, "_tokenizer", False) is None:
             model.tokenizer = tokenizer  # saved with the model: its folder loads in sentence-transformers
-        dataset = kwargs.get("train_dataset")
+        # several datasets (a dict of them) are read as one, every step's batch from one of them (multi_dataset.py)
+        dataset = kwargs["train_dataset"] = one_training_dataset(kwargs.get("train_dataset"))
         if getattr(dataset, "column_names", None) is not None and not isinstance(dataset, dict):
             self.check_columns(dataset.column_names)
         if kwargs.get("data_collator") is None and model is not None and dataset is not None:
@@ -405,11 +416,16 @@ class ContrastiveTrainer(Trainer):
         to the newest complete one), or ``None``."""
         args, method = self.args, method_of_trainer(type(self))
         examples = args.per_device_train_batch_size * args.world_size
-        columns = check_train_dataset(self.train_dataset, self.data_columns, examples, "train_dataset",
-                                      method.name if method else type(self).__name__)
-        self.check_step(args, columns, method)
-        if getattr(args, "duplicate_negatives", "keep") == "mask":
-            check_contrastable(self.train_dataset, columns, examples, len(columns) > 2)
+        mixed = isinstance(self.train_dataset, DatasetMix)
+        parts = self.train_dataset.sources() if mixed else {"train_dataset": self.train_dataset}
+        for source, dataset in parts.items():
+            columns = check_train_dataset(dataset, self.data_columns, examples, source,
+                                          method.name if method else type(self).__name__)
+            self.check_step(args, columns, method)
+            if getattr(args, "duplicate_negatives", "keep") == "mask":
+                check_contrastable(dataset, columns, examples, len(columns) > 2)
+        if mixed:
+            self.batch_sampler()  # made now, with its checks (whole batches, a sampler csekit has)
         if not hasattr(self.train_dataset, "__len__"):
             self.train_dataset = checked_stream(self.train_dataset, columns)
         model = self.accelerator.unwrap_model(self.model)
@@ -419,13 +435,48 @@ class ContrastiveTrainer(Trainer):
             check_prompt_room(getattr(self.data_collator, "prompt", ""), self.processing_class,
                               getattr(self.data_collator, "max_length", None), "max_length")
         if self.setup_record is None:
-            self.data_identity = data_identity(self.train_dataset)
+            self.data_identity = data_identity(self.train_dataset, self.mix_shares())
         if not resume_from_checkpoint:
             return None
         which = "last" if resume_from_checkpoint is True else str(resume_from_checkpoint)
         checkpoint = find_checkpoint(args.output_dir, which)
         check_resume(checkpoint, self.run_record(), getattr(args, "resume_accept_changes", False))
         return checkpoint
+
+    def batch_sampler(self) -> Optional[MultiDatasetBatchSampler]:
+        """The sampler of several datasets' batches (``None`` for one dataset), seeded by ``data_seed``, else
+        ``seed``; the epoch callback tells it each epoch."""
+        if not isinstance(self.train_dataset, DatasetMix):
+            return None
+        if self._batch_sampler is None or self._batch_sampler.mix is not self.train_dataset:
+            args = self.args
+            seed = args.data_seed if args.data_seed is not None else args.seed
+            self._batch_sampler = MultiDatasetBatchSampler(
+                self.train_dataset, args.per_device_train_batch_size, args.world_size,
+                getattr(args, "multi_dataset_batch_sampler", "proportional"), seed, args.dataloader_drop_last)
+            self.add_callback(SamplerEpoch(self._batch_sampler))
+        return self._batch_sampler
+
+    _batch_sampler: Optional[MultiDatasetBatchSampler] = None
+
+    def mix_shares(self) -> Optional[dict]:
+        """Each dataset's share of the steps, for several datasets."""
+        sampler = self.batch_sampler()
+        return sampler.shares() if sampler is not None else None
+
+    def get_train_dataloader(self):
+        """The Trainer's loader; for several datasets, one whose batches each come from one dataset
+        ([`MultiDatasetBatchSampler`][csekit.trainers.multi_dataset.MultiDatasetBatchSampler]), prepared by
+        accelerate as the Trainer prepares its own."""
+        sampler = self.batch_sampler()
+        if sampler is None:
+            return super().get_train_dataloader()
+        args = self.args
+        loader = torch.utils.data.DataLoader(
+            self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
+            num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory,
+            prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers else None)
+        return self.accelerator.prepare(loader)
 
     def _remove_unused_columns(self, dataset, description: Optional[str] = None):
         """Every column is kept: the method's collator reads the texts (``sent0``, ...), not ``forward``'s inputs."""

@@ -1,0 +1,138 @@
+"""Several training datasets in one run, as sentence-transformers' trainer takes a dict of them: every step's batch
+comes from one dataset, so an anchor's in-batch negatives are texts of its own source and a step's rows share their
+columns (pairs in one dataset, triplets in another).
+
+The order of the steps is sentence-transformers' ``MultiDatasetBatchSamplers``:
+
+* ``proportional`` (its default): every batch of every dataset once an epoch, the datasets' turns shuffled, so each
+  dataset's share of the steps is its share of the batches;
+* ``round_robin``: the datasets in turn, one batch each, until the smallest is used up; each has an equal share.
+
+Each dataset's rows are shuffled and cut into whole batches (the last partial one is left out, as
+``--dataloader_drop_last`` does for one dataset). Every draw comes from a generator of its own, seeded by
+``(seed, epoch, what)``: a resumed run takes the uninterrupted run's batches. A step of N processes is one batch of
+N x ``per_device_train_batch_size`` rows of one dataset, handed out in N consecutive chunks (accelerate gives the
+i-th chunk to process i), so N processes train what one process trains with the whole batch.
+"""
+
+import bisect
+import hashlib
+from typing import Optional
+
+import torch
+
+from ..errors import DataError
+from .randomness import EXAMPLE_INDEX
+
+BATCH_SAMPLERS = ("proportional", "round_robin")
+
+
+def is_dataset_dict(dataset) -> bool:
+    """A dict (or ``DatasetDict``) of datasets, as a caller gives several."""
+    return isinstance(dataset, dict) and any(hasattr(value, "column_names") for value in dataset.values())
+
+
+def one_training_dataset(dataset):
+    """``dataset``, or a [`DatasetMix`][csekit.trainers.multi_dataset.DatasetMix] of it when it is several."""
+    return DatasetMix(dataset) if is_dataset_dict(dataset) else dataset
+
+
+def generator(seed: int, epoch: int, what: str) -> torch.Generator:
+    text = f"{seed}\x1e{epoch}\x1e{what}".encode()
+    return torch.Generator().manual_seed(int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1)
+
+
+class DatasetMix(torch.utils.data.Dataset):
+    """Named datasets read as one: row ``i`` of the mix is row ``i - offset`` of the dataset it falls in, and its
+    ``example_index`` (from which a collator's random draws derive: ``randomness.py``) is ``i``, unique in the run."""
+
+    def __init__(self, datasets: dict, source: str = "train_dataset"):
+        if not datasets:
+            raise DataError(f"{source}: an empty dict of datasets")
+        for name, dataset in datasets.items():
+            if not isinstance(name, str) or not name:
+                raise DataError(f"{source}: dataset name {name!r}; name each dataset with a non-empty string")
+            if not hasattr(dataset, "__len__") or not hasattr(dataset, "column_names"):
+                raise DataError(f"{source}[{name!r}]: a {type(dataset).__name__}; several datasets are each a "
+                                "datasets.Dataset of known size (a streaming one cannot be cut into batches up front)")
+            if len(dataset) == 0:
+                raise DataError(f"{source}[{name!r}]: no examples")
+        self.datasets = dict(datasets)
+        self.sizes = [len(dataset) for dataset in self.datasets.values()]
+        self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
+        self._parts = list(self.datasets.values())
+
+    def __len__(self) -> int:
+        return sum(self.sizes)
+
+    def __getitem__(self, index: int) -> dict:
+        k = bisect.bisect_right(self.offsets, index) - 1
+        row = dict(self._parts[k][int(index - self.offsets[k])])
+        row[EXAMPLE_INDEX] = int(index)
+        return row
+
+    def sources(self, source: str = "train_dataset") -> dict:
+        """``{name as a message names it: dataset}``."""
+        return {f"{source}[{name!r}]": dataset for name, dataset in self.datasets.items()}
+
+
+class MultiDatasetBatchSampler(torch.utils.data.Sampler):
+    """The batches of a [`DatasetMix`][csekit.trainers.multi_dataset.DatasetMix]'s rows, one dataset a step (the
+    module docstring). Yields per-process chunks of ``batch_size`` rows, ``processes`` consecutive chunks a step."""
+
+    def __init__(self, mix: DatasetMix, batch_size: int, processes: int = 1, strategy: str = "proportional",
+                 seed: int = 42, drop_last: bool = True):
+        if strategy not in BATCH_SAMPLERS:
+            raise DataError(f"--multi_dataset_batch_sampler {strategy!r}: use one of {', '.join(BATCH_SAMPLERS)}")
+        if not drop_last:
+            raise DataError("--dataloader_drop_last false: with several datasets every step is a whole batch of one "
+                            "dataset; leave it true")
+        self.mix, self.batch_size, self.processes, self.strategy, self.seed = mix, batch_size, processes, strategy, seed
+        self.epoch = 0
+        step = batch_size * processes
+        self.batches = [size // step for size in mix.sizes]  # whole steps of each dataset an epoch
+        short = [name for name, count in zip(mix.datasets, self.batches) if count == 0]
+        if short:
+            raise DataError(f"train_dataset[{short[0]!r}]: {mix.sizes[self.batches.index(0)]} example(s), fewer than "
+                            f"one step's batch of {step}")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def turns(self) -> list:
+        """The dataset of each step of the current epoch, in order."""
+        if self.strategy == "round_robin":
+            return list(range(len(self.batches))) * min(self.batches)
+        turns = torch.tensor([k for k, count in enumerate(self.batches) for _ in range(count)])
+        return turns[torch.randperm(len(turns), generator=generator(self.seed, self.epoch, "turns"))].tolist()
+
+    def shares(self) -> dict:
+        """``{dataset name: its share of an epoch's steps}``."""
+        steps = [min(self.batches)] * len(self.batches) if self.strategy == "round_robin" else self.batches
+        return {name: count / sum(steps) for name, count in zip(self.mix.datasets, steps)}
+
+    def __iter__(self):
+        orders = [(torch.randperm(size, generator=generator(self.seed, self.epoch, f"rows {k}")) + offset).tolist()
+                  for k, (size, offset) in enumerate(zip(self.mix.sizes, self.mix.offsets))]
+        taken = [0] * len(orders)
+        step = self.batch_size * self.processes
+        for k in self.turns():
+            rows = orders[k][taken[k] * step:(taken[k] + 1) * step]
+            taken[k] += 1
+            for chunk in range(self.processes):
+                yield rows[chunk * self.batch_size:(chunk + 1) * self.batch_size]
+
+    def __len__(self) -> int:
+        return len(self.turns()) * self.processes
+
+
+def mix_identity(mix: DatasetMix, fingerprint, shares: Optional[dict] = None) -> str:
+    """What names the mixed data in a run record: each dataset's name, the hash of its texts
+    (``fingerprint``, [`data_fingerprint`][csekit.trainers.data.data_fingerprint]) and its share of the steps."""
+    shares = shares or {}
+    return "; ".join(f"{name}: {fingerprint(dataset)}" + (f", {shares[name]:.1%} of the steps" if name in shares
+                                                          else "") for name, dataset in mix.datasets.items())
+
+
+__all__ = ["BATCH_SAMPLERS", "DatasetMix", "MultiDatasetBatchSampler", "is_dataset_dict", "mix_identity",
+           "one_training_dataset"]
