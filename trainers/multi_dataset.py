@@ -16,13 +16,12 @@ i-th chunk to process i), so N processes train what one process trains with the 
 """
 
 import bisect
-import hashlib
 from typing import Optional
 
 import torch
 
 from ..errors import DataError
-from .randomness import EXAMPLE_INDEX
+from .randomness import EXAMPLE_INDEX, derived_seed
 
 BATCH_SAMPLERS = ("proportional", "round_robin")
 
@@ -38,8 +37,7 @@ def one_training_dataset(dataset):
 
 
 def generator(seed: int, epoch: int, what: str) -> torch.Generator:
-    text = f"{seed}\x1e{epoch}\x1e{what}".encode()
-    return torch.Generator().manual_seed(int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1)
+    return torch.Generator().manual_seed(derived_seed(seed, epoch, what))
 
 
 class DatasetMix(torch.utils.data.Dataset):

@@ -23,6 +23,12 @@ import torch
 EXAMPLE_INDEX = "example_index"
 
 
+def derived_seed(*parts) -> int:
+    """A 63-bit seed of ``parts`` (the run's seed, the epoch, what is drawn ...), the same in every process and run."""
+    text = "\x1e".join(str(part) for part in parts).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+
+
 def example_key(features: dict) -> str:
     """What identifies one training example: its row number, else its text."""
     if EXAMPLE_INDEX in features:
@@ -41,8 +47,7 @@ class ExampleDraws:
         self.epoch = int(epoch)
 
     def seed_of(self, features: dict, stream: str) -> int:
-        text = f"{self.seed}\x1e{self.epoch}\x1e{stream}\x1e{example_key(features)}".encode()
-        return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+        return derived_seed(self.seed, self.epoch, stream, example_key(features))
 
     def torch_generators(self, features: list, stream: str) -> list:
         """One ``torch.Generator`` per example (CPU), for tensor draws such as masks."""
@@ -53,4 +58,4 @@ class ExampleDraws:
         return [random.Random(self.seed_of(item, stream)) for item in features]
 
 
-__all__ = ["EXAMPLE_INDEX", "ExampleDraws", "example_key"]
+__all__ = ["EXAMPLE_INDEX", "ExampleDraws", "derived_seed", "example_key"]
