@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from ..errors import DataError
+from .data import data_fingerprint
 from .randomness import EXAMPLE_INDEX, derived_seed
 
 BATCH_SAMPLERS = ("proportional", "round_robin")
@@ -94,8 +95,20 @@ class MultiDatasetBatchSampler(torch.utils.data.Sampler):
             raise DataError(f"train_dataset[{short[0]!r}]: {mix.sizes[self.batches.index(0)]} example(s), fewer than "
                             f"one step's batch of {step}")
 
+    @classmethod
+    def of_arguments(cls, mix: DatasetMix, args) -> "MultiDatasetBatchSampler":
+        """The sampler a run of training arguments ``args`` draws with: its per-device batch, processes, strategy,
+        ``data_seed`` (else ``seed``) and ``dataloader_drop_last``."""
+        seed = args.data_seed if args.data_seed is not None else args.seed
+        return cls(mix, args.per_device_train_batch_size, args.world_size,
+                   getattr(args, "multi_dataset_batch_sampler", "proportional"), seed, args.dataloader_drop_last)
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
+
+    def steps(self) -> list:
+        """Each dataset's steps an epoch: all its whole batches, or under round robin the smallest dataset's count."""
+        return [min(self.batches)] * len(self.batches) if self.strategy == "round_robin" else list(self.batches)
 
     def turns(self) -> list:
         """The dataset of each step of the current epoch, in order."""
@@ -106,7 +119,7 @@ class MultiDatasetBatchSampler(torch.utils.data.Sampler):
 
     def shares(self) -> dict:
         """``{dataset name: its share of an epoch's steps}``."""
-        steps = [min(self.batches)] * len(self.batches) if self.strategy == "round_robin" else self.batches
+        steps = self.steps()
         return {name: count / sum(steps) for name, count in zip(self.mix.datasets, steps)}
 
     def __iter__(self):
@@ -121,14 +134,14 @@ class MultiDatasetBatchSampler(torch.utils.data.Sampler):
                 yield rows[chunk * self.batch_size:(chunk + 1) * self.batch_size]
 
     def __len__(self) -> int:
-        return len(self.turns()) * self.processes
+        return sum(self.steps()) * self.processes
 
 
-def mix_identity(mix: DatasetMix, fingerprint, shares: Optional[dict] = None) -> str:
+def mix_identity(mix: DatasetMix, shares: Optional[dict] = None) -> str:
     """What names the mixed data in a run record: each dataset's name, the hash of its texts
-    (``fingerprint``, [`data_fingerprint`][csekit.trainers.data.data_fingerprint]) and its share of the steps."""
+    ([`data_fingerprint`][csekit.trainers.data.data_fingerprint]) and its share of the steps."""
     shares = shares or {}
-    return "; ".join(f"{name}: {fingerprint(dataset)}" + (f", {shares[name]:.1%} of the steps" if name in shares
+    return "; ".join(f"{name}: {data_fingerprint(dataset)}" + (f", {shares[name]:.1%} of the steps" if name in shares
                                                           else "") for name, dataset in mix.datasets.items())
 
 

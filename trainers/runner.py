@@ -256,9 +256,7 @@ def mix_shares(dataset, training_args) -> Optional[dict]:
     ([`MultiDatasetBatchSampler`][csekit.trainers.multi_dataset.MultiDatasetBatchSampler]), else ``None``."""
     if not isinstance(dataset, DatasetMix):
         return None
-    return MultiDatasetBatchSampler(dataset, training_args.per_device_train_batch_size, training_args.world_size,
-                                    training_args.multi_dataset_batch_sampler,
-                                    drop_last=training_args.dataloader_drop_last).shares()
+    return MultiDatasetBatchSampler.of_arguments(dataset, training_args).shares()
 
 
 def training_layout(padding_free: Optional[bool], training_args) -> tuple:

@@ -71,7 +71,7 @@ def data_identity(dataset, shares: Optional[dict] = None) -> Optional[str]:
     one's with its ``shares`` of the steps ([`mix_identity`][csekit.trainers.multi_dataset.mix_identity]), else a
     streaming dataset's own fingerprint or description (its builder, config and split)."""
     if isinstance(dataset, DatasetMix):
-        return mix_identity(dataset, data_fingerprint, shares)
+        return mix_identity(dataset, shares)
     if hasattr(dataset, "__len__"):
         return data_fingerprint(dataset)
     info = getattr(dataset, "info", None)
@@ -449,11 +449,7 @@ class ContrastiveTrainer(Trainer):
         if not isinstance(self.train_dataset, DatasetMix):
             return None
         if self._batch_sampler is None or self._batch_sampler.mix is not self.train_dataset:
-            args = self.args
-            seed = args.data_seed if args.data_seed is not None else args.seed
-            self._batch_sampler = MultiDatasetBatchSampler(
-                self.train_dataset, args.per_device_train_batch_size, args.world_size,
-                getattr(args, "multi_dataset_batch_sampler", "proportional"), seed, args.dataloader_drop_last)
+            self._batch_sampler = MultiDatasetBatchSampler.of_arguments(self.train_dataset, self.args)
             self.add_callback(SamplerEpoch(self._batch_sampler))
         return self._batch_sampler
 
