@@ -4,14 +4,17 @@
 Both encode with the same model, so the texts are encoded once and both rank those vectors: csekit through an
 embedder that looks them up, sentence-transformers through its own embedding cache (``cache_folder``, which it fills
 on the first call). What is timed is the rest: ranking every anchor's candidates, the filters and the rows. Each run
-mines ``--num-negatives`` negatives with ``--relative-margin``, alternating round by round, and the two outputs are
-checked equal. The largest score matrix each holds at once is computed from its chunking: csekit's
-``CHUNK_ELEMENTS``, sentence-transformers' ``faiss_batch_size`` anchors (16,384 by default) times the corpus.
+mines ``--num-negatives`` negatives with ``--relative-margin``, alternating round by round, and the outputs are
+checked equal. With faiss installed (``csekit[faiss]``) csekit's ``use_faiss`` ranking is a third run, its rows
+compared with the matrix products' (those not among them counted). The largest score matrix each holds at once is
+computed from its chunking: csekit's ``CHUNK_ELEMENTS``, sentence-transformers' ``faiss_batch_size`` anchors (16,384
+by default) times the corpus.
 
     OMP_NUM_THREADS=2 python benchmarks/mining.py --data-dir DATA [--pairs 5000] [--rounds 5] [--output DIR]
 """
 
 import argparse
+import importlib.util
 import os
 import random
 import sys
@@ -67,10 +70,11 @@ def main(argv=None) -> dict:
     dataset = Dataset.from_dict({"sent0": anchors, "sent1": positives})
     outputs = {}
 
-    def csekit_run() -> float:
+    def csekit_run(use_faiss: bool = False) -> float:
         begin = time.perf_counter()
-        columns, _ = hard_negatives.mine_hard_negatives(anchors, positives, embed, progress=False, **options)
-        outputs["csekit"] = list(zip(*columns.values()))
+        columns, _ = hard_negatives.mine_hard_negatives(anchors, positives, embed, progress=False,
+                                                        use_faiss=use_faiss, **options)
+        outputs["csekit, faiss" if use_faiss else "csekit"] = list(zip(*columns.values()))
         return time.perf_counter() - begin
 
     def st_run() -> float:
@@ -80,30 +84,45 @@ def main(argv=None) -> dict:
         outputs["sentence-transformers"] = list(zip(mined["sent0"], mined["sent1"], mined["negative"]))
         return time.perf_counter() - begin
 
-    timings = interleaved({"csekit": csekit_run, "sentence-transformers": st_run}, args.rounds)
+    runs = {"csekit": csekit_run, "sentence-transformers": st_run}
+    if importlib.util.find_spec("faiss") is not None:  # csekit[faiss]: --use_faiss
+        runs["csekit, faiss"] = lambda: csekit_run(use_faiss=True)
+    timings = interleaved(runs, args.rounds)
     same = outputs["csekit"] == outputs["sentence-transformers"]
+    # faiss sums the same inner products in another order: a candidate on a filter's boundary or a tie may fall the
+    # other way, so its rows are compared with the matrix products' and the differing ones counted
+    faiss_differ = (len(set(outputs["csekit, faiss"]) - set(outputs["csekit"])) if "csekit, faiss" in outputs
+                    else None)
     corpus = len(set(positives))
     largest = {"csekit": min(hard_negatives.CHUNK_ELEMENTS // corpus, len(set(anchors))) * corpus,
                "sentence-transformers": min(ST_ANCHOR_CHUNK, len(set(anchors))) * corpus}
     ratio = spread(timings["sentence-transformers"])["median"] / spread(timings["csekit"])["median"]
+    faiss_ratio = (spread(timings["sentence-transformers"])["median"] / spread(timings["csekit, faiss"])["median"]
+                   if "csekit, faiss" in timings else None)
     command, shown = command_line("mining.py", argv)
     lines = [f"Command: `{shown}`",
              f"Machine: {machine_description()}.",
              f"Workload: {len(anchors)} pairs of `{args.pairs_file}` ({len(set(anchors))} distinct anchors, {corpus} "
              f"candidates), all-MiniLM-L6-v2 vectors computed once ({encode_seconds:.0f} s), {args.num_negatives} "
              f"negatives with relative margin {args.relative_margin}; {args.rounds} alternating rounds. Same rows: "
-             f"{'yes' if same else 'NO'}.", "",
+             f"{'yes' if same else 'NO'}" + ("" if faiss_differ is None else
+                                               f"; faiss's rows not among the matrix products': {faiss_differ}")
+             + ".", "",
              "| miner | s, median (min–max) | largest score matrix held (floats) |", "|---|---:|---:|"]
-    lines += [f"| {name} | {format_spread(values, 3)} | {largest[name]:,} |" for name, values in timings.items()]
+    lines += [f"| {name} | {format_spread(values, 3)} | {largest[name]:,} |" if name in largest else
+              f"| {name} | {format_spread(values, 3)} | faiss's own blocks |" for name, values in timings.items()]
     lines += ["", f"csekit / sentence-transformers speed: {ratio:.2f}x."]
+    if faiss_ratio is not None:
+        lines += [f"csekit with faiss / sentence-transformers speed: {faiss_ratio:.2f}x."]
     table = "\n".join(lines) + "\n"
     print(table)
     record = {"command": command, "machine": machine_description(), "rounds": args.rounds, "pairs": len(anchors),
-              "seconds": timings, "same_rows": same, "largest_score_matrix": largest, "speed_ratio": ratio}
+              "seconds": timings, "same_rows": same, "largest_score_matrix": largest, "speed_ratio": ratio,
+              "faiss_speed_ratio": faiss_ratio, "faiss_rows_differing": faiss_differ}
     if args.output:
         write_outputs(args.output, "mining", record, table)
     if not same:
-        sys.exit("mining.py: the two miners' rows differ")
+        sys.exit("mining.py: csekit's rows differ from sentence-transformers'")
     return record
 
 

@@ -442,6 +442,12 @@ ROWS = [
         "'sent0,sent1,hard_neg' or 'sent0,sent1,hard_neg_1,...,hard_neg_k'"),
     Row("csekit train cmlm_cse --train_file pairs.csv", "pairs for an unsupervised method",
         E + "pairs.csv: columns sent0,sent1, but cmlm_cse trains on sent0 (a .txt is one sentence a line)"),
+    Row("csekit train simcse --train_file sentences.txt --train_file pairs.csv --dataset_prompts 'nli.csv=query: '",
+        "a prompt for a dataset not trained on",
+        E + "--dataset_prompts nli.csv: not one of the datasets (sentences.txt, pairs.csv)"),
+    Row("csekit train simcse --dataset_prompts 'sentences.txt=query: '", "a dataset's prompt with one dataset",
+        E + "--dataset_prompts names datasets of several (a dict of them, or --train_file given more than once); for "
+        "one dataset give the model's --prompt"),
     # caches, records
     Row("csekit train clsr --cache_dir afile", "cache folder that is a file",
         E + "--cache_dir afile: is a file, not a folder"),

@@ -20,6 +20,7 @@ is a capability of its registry entry, and the test says so when it skips.
 """
 
 import contextlib
+import csv
 import dataclasses
 import json
 import math
@@ -744,6 +745,20 @@ def launched(request, tmp_path_factory, tokenizer, data) -> Path:
                 and method.one_process is not None else ()))
             two.append(job(f"{method.name}-2-matryoshka", BATCH, flags))
             one.append(job(f"{method.name}-1-matryoshka", 2 * BATCH, flags, **equivalent.worker_options))
+    more = root / "more_sentences.txt"  # a second dataset for a method trained on sentences alone
+    more.write_text("".join(f"{row['sent1']}\n" for row in csv.DictReader(data["pairs"].open())))
+    for method in filter(trains_with_trainer, selected(
+            request, test_two_processes_train_several_datasets_as_one_process_with_the_whole_batch)):
+        # sentences, then pairs where it takes them (round robin): one step of each, B rows a process or 2B in one
+        second = data["pairs"] if ("sent0", "sent1") in method.trainer_class.data_columns else more
+        mixed = ("--train_file", str(second), "--multi_dataset_batch_sampler", "round_robin")
+        equivalent = method.one_process or OneProcess()
+        for name, batch, jobs, options in (("2", BATCH, two, {}), ("1", 2 * BATCH, one, equivalent.worker_options)):
+            argv = recipe_argv(method, backbone, {**data, method.test_data: data["sentences"]},
+                               root / f"{method.name}-{name}-datasets" / "out", *equivalent.flags, *mixed, steps=2,
+                               batch=batch)
+            jobs.append({"method": method.name, "recipe": method.recipe, "argv": argv,
+                         "options": {"float64": True, **options}})
     port = free_ports(1)[0]
     processes = [launch(two, root / "two.json", 2, port), launch(one, root / "one.json", 1)]
     try:
@@ -786,6 +801,32 @@ def test_two_processes_train_what_one_process_trains_with_the_whole_batch(method
     one, two = (load_weights(launched / run / "out" / "checkpoint-2") for run in (reference, f"{name}-2"))
     # float64 (a float32 whitening inside): 1 and 2 processes sum the gradient in another order
     assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
+
+
+def several_dataset_methods() -> list:
+    return [pytest.param(method, id=method.name, marks=[] if trains_with_trainer(method) else [pytest.mark.skip(
+        reason=f"{method.name}: its training loop is its own, on one set of pairs")]) for method in METHODS.values()]
+
+
+@pytest.mark.parametrize("method", several_dataset_methods())
+def test_two_processes_train_several_datasets_as_one_process_with_the_whole_batch(method, launched):
+    """Two datasets (sentences, then entailment pairs or other sentences), one a step: each of 2 processes takes its
+    half of the step's batch of one dataset, and the run steps as 1 process with the whole batch
+    (``trainers/multi_dataset.py``)."""
+    ranks, (single,) = (records(launched / f"{method.name}-{n}-datasets" / "out") for n in (2, 1))
+    assert len(ranks) == 2
+    for step in range(2):
+        assert ranks[0]["batches"][step] + ranks[1]["batches"][step] == single["batches"][step]
+    assert len({len(single["batches"][0]), len(single["batches"][1])}) == 1  # (a whole batch each step)
+    if method.one_process is None:  # no one-process equivalent (`Method.one_process`)
+        assert all(math.isfinite(loss) for rank in ranks for loss in rank["losses"])
+        return
+    averaged = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]
+    assert averaged == pytest.approx(single["losses"], rel=1e-6)
+    one, two = (load_weights(launched / f"{method.name}-{n}-datasets" / "out" / "checkpoint-2") for n in (1, 2))
+    assert_same_weights(one, two, rtol=1e-6, atol=1e-7)
+    record = json.loads((launched / f"{method.name}-2-datasets" / "out" / "training_args.json").read_text())
+    assert "50.0% of the steps" in record["data_args"]["train_dataset"]  # each dataset named, with its share
 
 
 @pytest.mark.parametrize("chunks", ["cached", "tokens"])

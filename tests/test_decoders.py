@@ -188,13 +188,16 @@ def test_a_plain_decoder_is_scored_as_csekit_pools_it_and_a_first_token_pooler_r
             load_embedder(str(folder), pooler=pooler, device="cpu")
 
 
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "whole"])
 @pytest.mark.parametrize("method", [method for method in METHODS.values() if not method.not_on_decoders],
                          ids=lambda method: method.name)
-def test_every_method_that_takes_a_decoder_trains_one_at_both_ends_of_its_folder(method, decoders_dir, corpus,
+def test_every_method_that_takes_a_decoder_trains_one_at_both_ends_of_its_folder(method, lora, decoders_dir, corpus,
                                                                                   tmp_path):
-    """Each method the registry lets train a decoder trains the tiny Qwen3 through its recipe (with LoRA where it
-    takes adapters), and its folder encodes alike through ``AutoModel`` and, where it has the layout,
-    ``SentenceTransformer(folder)``."""
+    """Each method the registry lets train a decoder trains the tiny Qwen3 through its recipe, with LoRA adapters
+    (where it takes them) and without, and its folder encodes alike through ``AutoModel`` and, where it has the
+    layout, ``SentenceTransformer(folder)``."""
+    if lora and method.no_lora:
+        pytest.skip(f"{method.name}: {method.no_lora}")
     from sentence_transformers import SentenceTransformer
 
     from conftest import recipe_flags
@@ -211,7 +214,7 @@ def test_every_method_that_takes_a_decoder_trains_one_at_both_ends_of_its_folder
     if method.name != "clsr":
         argv += ["--per_device_train_batch_size", "8", "--max_steps", "2", "--save_strategy", "no", "--eval_strategy",
                  "no", "--load_best_model_at_end", "false", "--max_seq_length", "16"]
-    if not method.no_lora:
+    if lora:
         argv += ["--lora_r", "4"]
     assert cli.main(argv) == 0
     vectors = AutoModel.from_pretrained(out).encode(SENTENCES)

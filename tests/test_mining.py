@@ -8,11 +8,13 @@ vectors."""
 import csv
 import json
 import random
+import sys
 
 import pytest
 from datasets import Dataset
 
 from csekit import cli
+from csekit.errors import DataError
 from csekit.evaluation.encoders import load_embedder
 from csekit.mining import hard_negatives
 from csekit.mining.hard_negatives import mine_hard_negatives
@@ -24,7 +26,9 @@ SETTINGS = {
     "random": {"num_negatives": 2, "sampling": "random", "range_max": 12},
     "with a corpus": {"num_negatives": 2, "corpus": True},
     "some anchors short of negatives": {"num_negatives": 3, "absolute_margin": 0.6, "range_max": 8},
+    "query and corpus prompts": {"num_negatives": 2, "query_prompt": "query: ", "corpus_prompt": "passage: "},
 }
+PROMPTS = {"query_prompt": "query: ", "corpus_prompt": "passage: "}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +77,10 @@ def test_the_negatives_are_sentence_transformers_own(name, output_format, pairs,
     assert all(row[1] not in row[2:] and len(row) == len(columns) for row in ours)
     assert len({len(texts) for texts in columns.values()}) == 1
     assert (summary["anchors_short"] > 0) == (settings is SETTINGS["some anchors short of negatives"]), summary
+    if "query_prompt" in settings:  # the prompts change what is mined here, so a prompt dropped or swapped shows
+        unprompted = {key: value for key, value in options.items() if key not in PROMPTS}
+        plain, _ = mine_hard_negatives(*pairs, embed, progress=False, output_format=output_format, **unprompted)
+        assert plain != columns
 
 
 def test_chunks_of_anchors_rank_as_the_whole_matrix(pairs, embed, monkeypatch):
@@ -106,6 +114,48 @@ def test_the_command_line_mines_rows_that_supervised_simcse_trains_on(output_for
                      "--save_strategy", "no", "--eval_strategy", "no", "--load_best_model_at_end", "false",
                      "--max_seq_length", "16", "--do_test_eval", "false"]) == 0
     assert json.loads((model / "config.json").read_text())["architectures"] == ["SimCSEModel"]
+
+
+def test_the_command_line_prompts_are_the_functions(pairs, minilm_path, embed, tmp_path):
+    """``--query_prompt`` / ``--corpus_prompt`` reach the anchors' and the candidates' encodings as
+    ``mine_hard_negatives(query_prompt=, corpus_prompt=)`` (whose rows the oracle above holds to
+    sentence-transformers')."""
+    source, out = tmp_path / "pairs.csv", tmp_path / "mined.csv"
+    with source.open("w", newline="") as handle:
+        csv.writer(handle).writerows([("sent0", "sent1"), *zip(*pairs)])
+    assert cli.main(["mine", str(minilm_path), "--pairs", str(source), "--output", str(out), "--num_negatives", "2",
+                     "--query_prompt", PROMPTS["query_prompt"], "--corpus-prompt", PROMPTS["corpus_prompt"],
+                     "--device", "cpu"]) == 0
+    columns, _ = mine_hard_negatives(*pairs, embed, num_negatives=2, progress=False, **PROMPTS)
+    assert list(csv.reader(out.open())) == [list(columns), *map(list, zip(*columns.values()))]
+
+
+def test_a_faiss_index_ranks_as_the_matrix_products_and_as_sentence_transformers_faiss(pairs, embed, minilm_path,
+                                                                                      corpus, monkeypatch):
+    """``use_faiss`` (``csekit[faiss]``, an exact ``IndexFlatIP``) gives the rows of the chunked matrix products for
+    every setting here (no two candidates of an anchor tie), and sentence-transformers' own ``use_faiss`` rows."""
+    for name, settings in SETTINGS.items():
+        extra = corpus.read_text().splitlines()[40:70] if settings.get("corpus") else None
+        options = {key: value for key, value in settings.items() if key != "corpus"}
+        plain, _ = mine_hard_negatives(*pairs, embed, corpus=extra, progress=False, **options)
+        with monkeypatch.context() as patch:  # the index ranks, not the matrix products
+            patch.setattr(hard_negatives, "cosine", None)
+            ranked, _ = mine_hard_negatives(*pairs, embed, corpus=extra, progress=False, use_faiss=True, **options)
+        assert ranked == plain, name
+    settings = SETTINGS["three, margin, skip the first"]
+    ranked, _ = mine_hard_negatives(*pairs, embed, progress=False, use_faiss=True, **settings)
+    reference = sentence_transformers_rows(minilm_path, pairs, {**settings, "use_faiss": True}, None, "triplet")
+    assert list(zip(*ranked.values())) == reference
+
+
+def test_use_faiss_without_faiss_is_one_line_before_any_encoding(pairs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # (an import of it fails, as where it is not installed)
+
+    def embed(texts, prompt=None):
+        raise AssertionError("encoded before the check")
+
+    with pytest.raises(DataError, match=r"^--use_faiss: faiss is not installed; pip install 'csekit\[faiss\]'"):
+        mine_hard_negatives(*pairs, embed, progress=False, use_faiss=True)
 
 
 @pytest.mark.parametrize("flags, line", [

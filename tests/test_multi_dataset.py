@@ -12,12 +12,15 @@ from collections import Counter
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
+from transformers import Trainer
 
-from conftest import load_weights, save_tiny_backbone
+from conftest import load_weights, recipe_flags, save_tiny_backbone
 from csekit import cli
 from csekit.errors import DataError
+from csekit.methods import METHODS
 from csekit.modeling import SimCSEModel
 from csekit.trainers import CSETrainingArguments, SimCSETrainer
+from csekit.trainers.arguments import config_kwargs
 from csekit.trainers.multi_dataset import DatasetMix, MultiDatasetBatchSampler
 
 WIKI = [f"sentence {i} tells of the {['red', 'old', 'quiet'][i % 3]} harbour {i * 7}" for i in range(40)]
@@ -108,9 +111,9 @@ def datasets() -> dict:
     return {"wiki": Dataset.from_dict({"sent0": WIKI}), "nli": Dataset.from_dict(NLI)}
 
 
-def trainer_of(backbone, folder, data=None, **overrides) -> SimCSETrainer:
+def trainer_of(backbone, folder, data=None, model_settings=None, **overrides) -> SimCSETrainer:
     torch.manual_seed(0)  # the head's first weights, the same in every run compared
-    model = SimCSEModel.from_encoder(str(backbone), pooler_type="cls")
+    model = SimCSEModel.from_encoder(str(backbone), pooler_type="cls", **(model_settings or {}))
     return SimCSETrainer(model=model, args=arguments(folder, **overrides),
                          train_dataset=datasets() if data is None else data)
 
@@ -153,15 +156,61 @@ def test_a_run_on_several_datasets_resumes_to_the_uninterrupted_result(backbone,
     changed = {**datasets(), "nli": Dataset.from_dict({**NLI, "sent1": NLI["sent1"][::-1]})}
     with pytest.raises(DataError, match="the training data"):  # other data under the same names
         trainer_of(backbone, other, changed, **settings).train(resume_from_checkpoint=True)
+    with pytest.raises(DataError, match="the training data"):  # the same data, a dataset given a prompt
+        trainer_of(backbone, other, dataset_prompts={"nli": "query: "}, **settings).train(resume_from_checkpoint=True)
 
 
-def test_gradient_caching_trains_several_datasets_as_without_it(tokenizer, tmp_path):
+@pytest.mark.parametrize("matryoshka", [None, [16, 8]], ids=["plain", "matryoshka"])
+def test_gradient_caching_trains_several_datasets_as_without_it(matryoshka, tokenizer, tmp_path):
+    """Gradient caching, and with Matryoshka sizes too: each step (sentences from one dataset, triplets from the
+    other) logs every size's term and ends where the uncached run ends."""
     backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)
+    logs = {}
     for name, size in (("whole", None), ("cached", 3)):
-        trainer_of(backbone, tmp_path / name, max_steps=3, save_steps=3, mini_batch_size=size, optim="sgd").train()
+        trainer = trainer_of(backbone, tmp_path / name, model_settings={"matryoshka_dims": matryoshka}, max_steps=3,
+                             save_steps=3, mini_batch_size=size, optim="sgd", logging_steps=1)
+        trainer.train()
+        logs[name] = [entry for entry in trainer.state.log_history if "loss" in entry]
     whole, cached = (load_weights(tmp_path / name / "checkpoint-3") for name in ("whole", "cached"))
     for name, tensor in whole.items():
         torch.testing.assert_close(cached[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+    terms = [f"loss_matryoshka_{size}" for size in matryoshka or []]
+    assert all(set(terms) <= set(entry) for entry in logs["whole"] + logs["cached"]) and len(logs["whole"]) == 3
+    for step_whole, step_cached in zip(logs["whole"], logs["cached"]):
+        assert all(step_cached[term] == pytest.approx(step_whole[term], rel=1e-4) for term in ["loss", *terms])
+
+
+PROMPTED = [f"an old line {i} about the ferry" for i in range(24)]
+
+
+@pytest.mark.parametrize("method", [pytest.param(method, id=method.name) for method in METHODS.values()
+                                    if issubclass(method.trainer_class, Trainer)])
+def test_each_dataset_is_collated_with_its_own_prompt(method, backbone, tokenizer, tmp_path):
+    """``dataset_prompts={"ferry": "query: "}``: every batch of that dataset is its texts tokenized after the prompt,
+    every batch of the other its texts alone (the tokenizer on the texts is the oracle), in every method that trains
+    with a prompt; a method whose collator edits tokens (``prompt_refused``) refuses in one line."""
+    torch.manual_seed(0)
+    argv = ["--model_name_or_path", str(backbone), *recipe_flags(method, backbone)]  # (the registry's test model)
+    model = method.training_model_class.from_encoder(str(backbone), **config_kwargs(
+        method.recipe_module.RECIPE.parse(argv)[0], method.config_class))
+    data = {"wiki": Dataset.from_dict({"sent0": WIKI[:24]}), "ferry": Dataset.from_dict({"sent0": PROMPTED})}
+    trainer = method.trainer_class(model=model, args=arguments(tmp_path / "out", dataset_prompts={"ferry": "query: "}),
+                                   train_dataset=data, processing_class=tokenizer)
+    if method.config_class.prompt_refused:
+        with pytest.raises(DataError, match=f"^--dataset_prompts: {method.config_class.prompt_refused}"):
+            trainer.preflight()
+        return
+    trainer.preflight()
+    expected = {name: {tuple(tokenizer(prompt + text)["input_ids"]) for text in texts}
+                for name, prompt, texts in (("wiki", "", WIKI[:24]), ("ferry", "query: ", PROMPTED))}
+    seen = Counter()
+    for batch in trainer.get_train_dataloader():
+        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0].bool()
+        rows = {tuple(row[keep].tolist()) for row, keep in zip(ids, mask)}
+        seen.update(name for name, texts in expected.items() if rows <= texts)
+    assert seen == {"wiki": 3, "ferry": 3}, seen
+    assert "ferry: sha256:" in trainer.run_record()["train_data"] and "prompt 'query: '" in trainer.run_record()[
+        "train_data"]
 
 
 BAD = [
@@ -179,6 +228,14 @@ BAD = [
     ("a blank text in one dataset", {"wiki": Dataset.from_dict({"sent0": WIKI[:9] + [" "]})}, {},
      "train_dataset['wiki'] row 10: sent0 is blank"),
     ("partial batches", datasets(), {"dataloader_drop_last": False}, "--dataloader_drop_last false"),
+    ("a prompt for a dataset not in the dict", datasets(), {"dataset_prompts": {"other": "query: "}},
+     "--dataset_prompts other: not one of the datasets (wiki, nli)"),
+    ("a prompt item without its name", datasets(), {"dataset_prompts": ["query: "]},
+     "--dataset_prompts 'query: ': give NAME=PROMPT items"),
+    ("dataset prompts for one dataset", Dataset.from_dict({"sent0": WIKI}), {"dataset_prompts": {"wiki": "q: "}},
+     "--dataset_prompts names datasets of several"),
+    ("a dataset prompt leaving no room", datasets(), {"dataset_prompts": {"nli": "query " * 40}},
+     "which leaves no room for the sentence at max_length 32"),
 ]
 
 
@@ -215,3 +272,27 @@ def test_the_command_line_trains_on_each_train_file_and_records_each(backbone, t
     assert cli.main(["train", "simcse", *common, *files, files[0], files[1], *twice]) == 2
     assert "is given more than once" in capsys.readouterr().err
     assert not (tmp_path / "twice").exists()
+
+
+def test_the_command_line_gives_a_train_file_its_own_prompt(backbone, tmp_path, capsys):
+    """``--dataset_prompts FILE=PROMPT`` (a ``--train_file`` as given): the record names that file's prompt; a file
+    that is not a ``--train_file``, and a prompt with one file, are one line with nothing written."""
+    (tmp_path / "wiki.txt").write_text("\n".join(WIKI) + "\n")
+    (tmp_path / "ferry.txt").write_text("\n".join(PROMPTED) + "\n")
+    wiki, ferry = str(tmp_path / "wiki.txt"), str(tmp_path / "ferry.txt")
+    common = ["train", "simcse", "--model_name_or_path", str(backbone), "--per_device_train_batch_size", "8",
+              "--max_steps", "2", "--eval_strategy", "no", "--load_best_model_at_end", "false", "--do_test_eval",
+              "false", "--report_to", "none", "--disable_tqdm", "true"]
+    assert cli.main([*common, "--train_file", wiki, "--train_file", ferry, "--dataset_prompts", f"{ferry}=query: ",
+                     "--output_dir", str(tmp_path / "out")]) == 0
+    record = json.loads((tmp_path / "out" / "training_args.json").read_text())["data_args"]["train_dataset"]
+    assert f"{ferry}: sha256:" in record and "prompt 'query: '" in record and record.count("prompt") == 1
+    for files, line in (([wiki, ferry], f"--dataset_prompts {wiki}x: not one of the datasets"),
+                        ([wiki], "--dataset_prompts names datasets of several")):
+        capsys.readouterr()
+        argv = [*common, *[item for name in files for item in ("--train_file", name)], "--dataset_prompts",
+                f"{wiki}x=query: " if len(files) == 2 else f"{wiki}=query: ", "--output_dir", str(tmp_path / "bad")]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and line in err[0], err
+        assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())

@@ -245,15 +245,15 @@ class CSETrainingArguments(TrainingArguments):
         "help": "The layers that get adapters, by name (q_proj v_proj ...), or all-linear: every linear layer of the "
                 "backbone (on a decoder the q, k, v, o, gate, up and down projections, as LLM2Vec)."})
     save_adapter: bool = field(default=False, metadata={
-        "help": "With --lora_r: also write the adapter alone to OUTPUT_DIR/adapter/ (SentenceTransformer loads it "
-                "with peft)."})
+        "help": "With --lora_r: the adapter, too, in OUTPUT_DIR/adapter/."})
     keep_checkpoints: bool = field(default=False, metadata={
-        "help": "Keep the checkpoint-N folders (for resuming) after the run; by default they go once the model, its "
-                "scores and card are in --output_dir."})
+        "help": "Keep the checkpoint-N folders after the run (resumable)."})
     multi_dataset_batch_sampler: str = field(default="proportional", metadata={
         "help": "With several --train_file: 'proportional' (each dataset's batches once an epoch, in shuffled "
                 "turns) or 'round_robin' (one of each in turn).",
         "choices": list(BATCH_SAMPLERS)})
+    dataset_prompts: Optional[list[str]] = field(default=None, metadata={
+        "help": "With several --train_file: a file's own prompt, not the model's.", "metavar": "FILE=PROMPT"})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep text columns for the collator."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Every step sees a full batch."})
     dataloader_num_workers: Optional[int] = field(default=None, metadata={

@@ -2,12 +2,13 @@
 
 import hashlib
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
-from .data import text_columns
+from .data import DATASET_PROMPT, text_columns
 from .randomness import ExampleDraws
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,8 @@ class ContrastiveCollator:
             ``sent1``, ``hard_neg``) before any augmentation: equal texts, equal ids (``--duplicate_negatives``).
         prompt: the model's prompt (``config.default_prompt``), prepended to every text when it is tokenized (after
             any augmentation, which so never touches it), as ``encode`` and sentence-transformers prepend it; the
-            trainer sets it from the model.
+            trainer sets it from the model. A batch of a dataset given its own prompt (``--dataset_prompts``: its
+            rows carry it) takes that one instead (``batch_prompt``).
     """
 
     tokenizer: object
@@ -112,8 +114,22 @@ class ContrastiveCollator:
                                   for index, texts in enumerate(views[1:], start=1)]
         return views
 
+    @contextmanager
+    def batch_prompt(self, features: list):
+        """While a batch is collated: the prompt of its dataset, when its rows carry one (several datasets, each
+        with its own: ``multi_dataset.py``), in place of ``prompt``; every text of a batch is of one dataset."""
+        if DATASET_PROMPT not in features[0]:
+            yield
+            return
+        default, self.prompt = self.prompt, features[0][DATASET_PROMPT]
+        try:
+            yield
+        finally:
+            self.prompt = default
+
     def __call__(self, features: list) -> dict:
-        batch = self.collate_views(self.view_texts(features))
+        with self.batch_prompt(features):
+            batch = self.collate_views(self.view_texts(features))
         if self.text_ids:
             columns = text_columns(features[0])
             batch[TEXT_IDS] = torch.tensor([[text_id(f[name]) for name in columns] for f in features])

@@ -38,6 +38,10 @@ def n_tuple_columns(k: int) -> tuple:
     return ("sent0", "sent1") + tuple(f"hard_neg_{i}" for i in range(1, k + 1))
 
 
+# the key of a row's dataset prompt, set by several datasets' mix (multi_dataset.py) and read by the collators
+DATASET_PROMPT = "dataset_prompt"
+
+
 def text_columns(column_names) -> tuple:
     """The text columns among ``column_names``, in the order a trainer's views take them: ``sent0``, ``sent1``, then
     the hard negatives (``hard_neg``, or ``hard_neg_1``, ``hard_neg_2``... by number). Other columns are not texts."""

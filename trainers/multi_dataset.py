@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from ..errors import DataError
-from .data import data_fingerprint
+from .data import DATASET_PROMPT, data_fingerprint
 from .randomness import EXAMPLE_INDEX, derived_seed
 
 BATCH_SAMPLERS = ("proportional", "round_robin")
@@ -57,9 +57,11 @@ class DatasetMix(torch.utils.data.Dataset):
             if len(dataset) == 0:
                 raise DataError(f"{source}[{name!r}]: no examples")
         self.datasets = dict(datasets)
+        self.prompts = {}  # {name: prompt} of the datasets given one (``use_prompts``)
         self.sizes = [len(dataset) for dataset in self.datasets.values()]
         self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
         self._parts = list(self.datasets.values())
+        self._prompts = (None,) * len(self._parts)
 
     def __len__(self) -> int:
         return sum(self.sizes)
@@ -68,7 +70,18 @@ class DatasetMix(torch.utils.data.Dataset):
         k = bisect.bisect_right(self.offsets, index) - 1
         row = dict(self._parts[k][int(index - self.offsets[k])])
         row[EXAMPLE_INDEX] = int(index)
+        if self._prompts[k] is not None:
+            row[DATASET_PROMPT] = self._prompts[k]
         return row
+
+    def use_prompts(self, prompts: dict) -> None:
+        """Give each named dataset its own prompt, which the collators put before its texts in place of the model's
+        (``""``: none); a name that is not one of the datasets is one line."""
+        unknown = [name for name in prompts if name not in self.datasets]
+        if unknown:
+            raise DataError(f"--dataset_prompts {unknown[0]}: not one of the datasets ({', '.join(self.datasets)})")
+        self.prompts = dict(prompts)
+        self._prompts = tuple(self.prompts.get(name) for name in self.datasets)
 
     def sources(self, source: str = "train_dataset") -> dict:
         """``{name as a message names it: dataset}``."""
@@ -139,11 +152,53 @@ class MultiDatasetBatchSampler(torch.utils.data.Sampler):
 
 def mix_identity(mix: DatasetMix, shares: Optional[dict] = None) -> str:
     """What names the mixed data in a run record: each dataset's name, the hash of its texts
-    ([`data_fingerprint`][csekit.trainers.data.data_fingerprint]) and its share of the steps."""
+    ([`data_fingerprint`][csekit.trainers.data.data_fingerprint]), its prompt when it has one and its share of the
+    steps."""
     shares = shares or {}
-    return "; ".join(f"{name}: {data_fingerprint(dataset)}" + (f", {shares[name]:.1%} of the steps" if name in shares
-                                                          else "") for name, dataset in mix.datasets.items())
+    return "; ".join(f"{name}: {data_fingerprint(dataset)}"
+                     + (f", prompt {mix.prompts[name]!r}" if name in mix.prompts else "")
+                     + (f", {shares[name]:.1%} of the steps" if name in shares else "")
+                     for name, dataset in mix.datasets.items())
 
 
-__all__ = ["BATCH_SAMPLERS", "DatasetMix", "MultiDatasetBatchSampler", "is_dataset_dict", "mix_identity",
-           "one_training_dataset"]
+def use_dataset_prompts(dataset, value, prompt_refused: str = "") -> dict:
+    """Give the datasets of ``dataset`` (a [`DatasetMix`][csekit.trainers.multi_dataset.DatasetMix]) the prompts of
+    ``--dataset_prompts`` ``value`` ([`dataset_prompt_map`][csekit.trainers.multi_dataset.dataset_prompt_map]) and
+    return them; one line for one dataset, or a method that cannot train with a prompt (its ``prompt_refused``)."""
+    prompts = dataset_prompt_map(value)
+    if not prompts:
+        return {}
+    if not isinstance(dataset, DatasetMix):
+        raise DataError("--dataset_prompts names datasets of several (a dict of them, or --train_file given more than "
+                        "once); for one dataset give the model's --prompt")
+    if prompt_refused:
+        raise DataError(f"--dataset_prompts: {prompt_refused}")
+    dataset.use_prompts(prompts)
+    return prompts
+
+
+def dataset_prompt_map(value) -> dict:
+    """``--dataset_prompts`` as ``{dataset name: prompt}``: a dict as given in Python, or the command line's
+    ``NAME=PROMPT`` items (split at the first ``=``; ``NAME=`` is no prompt); anything else is one line."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        items = list(value.items())
+    else:
+        items = []
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(item, str) or "=" not in item:
+                raise DataError(f"--dataset_prompts {item!r}: give NAME=PROMPT items (in Python a dict), NAME a "
+                                "dataset's name (its --train_file)")
+            items.append(tuple(item.split("=", 1)))
+    for name, prompt in items:
+        if not isinstance(name, str) or not isinstance(prompt, str):
+            raise DataError(f"--dataset_prompts {name!r}: {prompt!r}: a dataset name and its prompt are strings")
+    names = [name for name, _ in items]
+    if len(set(names)) < len(names):
+        raise DataError(f"--dataset_prompts: {next(n for n in names if names.count(n) > 1)} is given more than once")
+    return dict(items)
+
+
+__all__ = ["BATCH_SAMPLERS", "DatasetMix", "MultiDatasetBatchSampler", "dataset_prompt_map", "is_dataset_dict",
+           "mix_identity", "one_training_dataset", "use_dataset_prompts"]

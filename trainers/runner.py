@@ -51,7 +51,7 @@ from .arguments import (
 from .collators import enable_padding_free
 from .data import check_train_dataset, load_training_dataset
 from .lora import check_lora_method
-from .multi_dataset import DatasetMix, MultiDatasetBatchSampler
+from .multi_dataset import DatasetMix, MultiDatasetBatchSampler, use_dataset_prompts
 from .output_dir import RunFolder
 from .trainer import check_contrastable, data_identity, require_finite_weights
 
@@ -231,6 +231,9 @@ def check_run(recipe: TrainingRecipe, model_args, data_args, training_args, extr
     loaded = {name: load_training_dataset(name, data_args.data_dir, global_batch, data_args.max_train_samples)
               for name in files}
     train_dataset = loaded[files[0]] if len(files) == 1 else DatasetMix(loaded, "--train_file")
+    for prompt in use_dataset_prompts(train_dataset, getattr(training_args, "dataset_prompts", None),
+                                      recipe.config_class.prompt_refused).values():
+        check_prompt_room(prompt, tokenizer, data_args.max_seq_length, "--max_seq_length")
     # what is trained on, not only the files' names (several: each one's, with its share of the steps)
     record[TRAIN_DATA] = data_identity(train_dataset, mix_shares(train_dataset, training_args))
     accepted = check_resume(resume, record, training_args.resume_accept_changes) if resume else []

@@ -43,7 +43,13 @@ from .collators import TEXT_IDS, ContrastiveCollator, text_id
 from .data import check_rows, check_train_dataset, data_fingerprint, method_columns
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
 from .lora import apply_lora, check_lora_method, lora_config, lora_group
-from .multi_dataset import DatasetMix, MultiDatasetBatchSampler, mix_identity, one_training_dataset
+from .multi_dataset import (
+    DatasetMix,
+    MultiDatasetBatchSampler,
+    mix_identity,
+    one_training_dataset,
+    use_dataset_prompts,
+)
 from .output_dir import PARTIAL_CHECKPOINT_PREFIX, partial_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -294,6 +300,18 @@ class ContrastiveTrainer(Trainer):
                             "cannot prepend it to the training texts; use the method's collator")
         self.data_collator.prompt = prompt
 
+    def use_dataset_prompts(self) -> None:
+        """``--dataset_prompts`` (``dataset_prompts={name: prompt}``): each named dataset of several its own prompt
+        in training, in place of the model's
+        ([`use_dataset_prompts`][csekit.trainers.multi_dataset.use_dataset_prompts]); one line where the collator
+        cannot take one."""
+        config = getattr(self.unwrapped(), "config", None)
+        prompts = use_dataset_prompts(self.train_dataset, getattr(self.args, "dataset_prompts", None),
+                                      getattr(config, "prompt_refused", ""))
+        if prompts and not hasattr(self.data_collator, "batch_prompt"):
+            raise DataError(f"--dataset_prompts: the data collator ({type(self.data_collator).__name__}) cannot put a "
+                            "dataset's prompt before its texts; use the method's collator")
+
     @classmethod
     def add_adapters(cls, model, args, peft_config=None):
         """LoRA adapters in ``model``'s encoder ([`apply_lora`][csekit.trainers.lora.apply_lora]) when ``args`` has
@@ -416,6 +434,7 @@ class ContrastiveTrainer(Trainer):
         to the newest complete one), or ``None``."""
         args, method = self.args, method_of_trainer(type(self))
         examples = args.per_device_train_batch_size * args.world_size
+        self.use_dataset_prompts()
         mixed = isinstance(self.train_dataset, DatasetMix)
         parts = self.train_dataset.sources() if mixed else {"train_dataset": self.train_dataset}
         for source, dataset in parts.items():
@@ -432,8 +451,11 @@ class ContrastiveTrainer(Trainer):
         if self.processing_class is not None and hasattr(model, "config"):
             check_model_inputs(type(model).__name__, model.config.to_dict(), self.processing_class,
                                getattr(self.data_collator, "max_length", None) or None, "max_length")
-            check_prompt_room(getattr(self.data_collator, "prompt", ""), self.processing_class,
-                              getattr(self.data_collator, "max_length", None), "max_length")
+            prompts = [getattr(self.data_collator, "prompt", "")]
+            prompts += list(self.train_dataset.prompts.values()) if mixed else []
+            for prompt in prompts:
+                check_prompt_room(prompt, self.processing_class, getattr(self.data_collator, "max_length", None),
+                                  "max_length")
         if self.setup_record is None:
             self.data_identity = data_identity(self.train_dataset, self.mix_shares())
         if not resume_from_checkpoint:

@@ -43,6 +43,14 @@ def add_mine_parser(subparsers) -> None:
     parser.add_argument("--sampling", choices=SAMPLING, default="top",
                         help="top: the best candidates; random: drawn among those kept (seeded by --seed).")
     parser.add_argument("--seed", type=int, default=42, help="The seed of --sampling random.")
+    parser.add_argument("--query_prompt", "--query-prompt", default=None,
+                        help="Text put before each anchor when it is encoded, in place of MODEL's default prompt "
+                        "('': none; default: MODEL's own).")
+    parser.add_argument("--corpus_prompt", "--corpus-prompt", default=None,
+                        help="Text put before each candidate (positives and --corpus) when it is encoded, in place of "
+                        "MODEL's default prompt ('': none; default: MODEL's own).")
+    parser.add_argument("--use_faiss", "--use-faiss", action="store_true",
+                        help="Rank the candidates with an exact faiss index (pip install 'csekit[faiss]').")
     add_encoding(parser, batch_size=128)
     add_device(parser)
     parser.set_defaults(handler=run_mine)
@@ -59,7 +67,7 @@ def run_mine(args) -> int:
     from .hard_negatives import check_candidates, check_mining_options, mine_hard_negatives, mined_csv
 
     check_mining_options(args.num_negatives, args.range_min, args.range_max, args.relative_margin,
-                         args.absolute_margin, args.max_score, args.sampling, args.output_format)
+                         args.absolute_margin, args.max_score, args.sampling, args.output_format, args.use_faiss)
     output = check_output_file(args.output, "--output", [args.model])
     if output.exists() and not args.overwrite:
         raise DataError(f"--output {args.output}: exists; give --overwrite to replace it")
@@ -72,7 +80,8 @@ def run_mine(args) -> int:
     columns, summary = mine_hard_negatives(
         pairs["sent0"], pairs["sent1"], embed, corpus, args.num_negatives, args.range_min, args.range_max,
         args.relative_margin, args.absolute_margin, args.max_score, args.sampling, args.seed,
-        output_format=args.output_format)
+        output_format=args.output_format, query_prompt=args.query_prompt, corpus_prompt=args.corpus_prompt,
+        use_faiss=args.use_faiss)
     if not summary["rows"]:
         raise DataError("no negative survived the filters (--relative_margin, --absolute_margin, --max_score, "
                         "--range_max); loosen them")

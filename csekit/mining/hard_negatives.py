@@ -4,7 +4,8 @@ supervised SimCSE trains on (``csekit mine``).
     csekit mine MODEL --pairs pairs.csv --output triplets.csv [--corpus FILE]
         [--num_negatives 1] [--range_min 0] [--range_max N] [--relative_margin 0.05]
         [--absolute_margin M] [--max_score S] [--sampling top|random] [--seed 42]
-        [--output_format triplet|n-tuple]
+        [--output_format triplet|n-tuple] [--query_prompt TEXT] [--corpus_prompt TEXT]
+        [--use_faiss]
 
 The pairs are a ``sent0,sent1`` CSV (or a Hub dataset with those columns); the output is a ``sent0,sent1,hard_neg``
 CSV (``--output_format triplet``) or a ``sent0,sent1,hard_neg_1,...,hard_neg_k`` one (``n-tuple``, k =
@@ -18,10 +19,16 @@ and ``n-tuple`` outputs), and with the same embeddings the same negatives come o
 
 * candidates: the distinct positives, plus ``--corpus``; an anchor's own positives are never its negatives;
 * every anchor's candidates ranked by cosine similarity, top-k in chunks of anchors, so the similarity matrix is
-  never held whole (``CHUNK_ELEMENTS`` scores at a time);
+  never held whole (``CHUNK_ELEMENTS`` scores at a time); ``--use_faiss`` ranks them with an exact faiss index
+  instead (``csekit[faiss]``; sentence-transformers' ``use_faiss``): the same negatives, except where two scores
+  are within float rounding of each other (a tie, or a candidate on a filter's boundary), which faiss's other
+  summation order may put the other way;
 * ``--absolute_margin m`` drops a candidate scoring above (lowest positive score - m); ``--relative_margin r`` one
   scoring above (lowest positive score) - |lowest positive score| x r; ``--max_score s`` one scoring above s;
 * ``--range_min``/``--range_max``: the ranks kept (default ``range_max``: as sentence-transformers derives it);
+* ``--query_prompt`` / ``--corpus_prompt``: the text put before each anchor / each candidate when it is encoded,
+  in place of the embedder's own default prompt (``""``: none); not given, the embedder's default prompt, as
+  sentence-transformers' ``query_prompt`` / ``corpus_prompt`` (a positive is scored as a candidate: corpus prompt);
 * ``--sampling top`` keeps the ``--num_negatives`` best, ``random`` draws them among the kept candidates with a
   generator seeded by ``--seed`` (sentence-transformers draws from Python's global ``random``: the same draws when it
   is seeded with the same number);
@@ -31,6 +38,7 @@ and ``n-tuple`` outputs), and with the same embeddings the same negatives come o
 """
 
 import csv
+import importlib.util
 import io
 import math
 import random
@@ -44,6 +52,7 @@ from ..errors import DataError
 from ..trainers.data import PAIR_COLUMNS, n_tuple_columns
 from . import OUTPUT_FORMATS, SAMPLING
 
+FAISS_MISSING = "--use_faiss: faiss is not installed; pip install 'csekit[faiss]' (or faiss-gpu)"
 # the most similarity scores computed at once: a chunk of anchors against the whole corpus (512 MB in float32)
 CHUNK_ELEMENTS = 2**27
 
@@ -56,8 +65,11 @@ def output_columns(output_format: str, num_negatives: int) -> tuple:
 
 def check_mining_options(num_negatives: int, range_min: int, range_max: Optional[int],
                          relative_margin: Optional[float], absolute_margin: Optional[float],
-                         max_score: Optional[float], sampling: str, output_format: str = "triplet") -> None:
+                         max_score: Optional[float], sampling: str, output_format: str = "triplet",
+                         use_faiss: bool = False) -> None:
     """Every option's range, before anything is encoded; one line each."""
+    if use_faiss and importlib.util.find_spec("faiss") is None:
+        raise DataError(FAISS_MISSING)
     for name, value in (("relative_margin", relative_margin), ("absolute_margin", absolute_margin),
                         ("max_score", max_score)):
         if value is not None and not math.isfinite(value):
@@ -95,13 +107,33 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.normalize(a, dim=1) @ torch.nn.functional.normalize(b, dim=1).T
 
 
-def top_candidates(queries: torch.Tensor, corpus: torch.Tensor, k: int, progress: bool) -> tuple:
+def faiss_search(corpus: torch.Tensor) -> Callable:
+    """``search(queries, k) -> (scores, indices)``: an exact inner-product faiss index (``IndexFlatIP``, as
+    sentence-transformers' ``use_faiss`` builds) over the unit vectors ``corpus``; one line without faiss."""
+    try:
+        import faiss
+    except ImportError:
+        raise DataError(FAISS_MISSING) from None
+    index = faiss.IndexFlatIP(corpus.shape[1])
+    index.add(np.ascontiguousarray(corpus.numpy(), dtype=np.float32))
+
+    def search(queries: torch.Tensor, k: int) -> tuple:
+        scores, indices = index.search(np.ascontiguousarray(queries.numpy(), dtype=np.float32), k)
+        return torch.from_numpy(scores), torch.from_numpy(indices)
+
+    return search
+
+
+def top_candidates(queries: torch.Tensor, corpus: torch.Tensor, k: int, progress: bool,
+                   use_faiss: bool = False) -> tuple:
     """``(scores, indices)`` of the ``k`` most similar corpus rows of every query, ``(len(queries), k)``, computed
-    in chunks of queries; columns beyond the corpus are ``-inf`` scores at index ``-1``."""
+    in chunks of queries (by matrix products, or a faiss index with ``use_faiss``); columns beyond the corpus are
+    ``-inf`` scores at index ``-1``."""
     chunk = max(1, CHUNK_ELEMENTS // max(len(corpus), 1))
-    parts = [torch.topk(cosine(queries[start:start + chunk], corpus), k=min(k, len(corpus)), dim=1)
+    search = faiss_search(corpus) if use_faiss else (lambda part, k: tuple(torch.topk(cosine(part, corpus), k, dim=1)))
+    parts = [search(queries[start:start + chunk], min(k, len(corpus)))
              for start in tqdm(range(0, len(queries), chunk), desc="Ranking candidates", disable=not progress)]
-    scores, indices = torch.cat([p.values for p in parts]), torch.cat([p.indices for p in parts])
+    scores, indices = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     missing = k - scores.shape[1]
     if missing > 0:
         scores = torch.cat([scores, scores.new_full((len(scores), missing), -float("inf"))], dim=1)
@@ -155,13 +187,16 @@ def picked_columns(scores: torch.Tensor, num_negatives: int, sampling: str, seed
 
 
 def ranked_candidates(queries: list, candidates: list, own: list, embed: Callable, k: int, filters: dict,
-                      progress: bool) -> tuple:
+                      progress: bool, prompts: tuple = (None, None), use_faiss: bool = False) -> tuple:
     """``(scores, indices, dropped)``: each query's ``k`` best candidates by cosine similarity, its own positives
-    and the candidates ``filters`` (``drop_too_similar``'s) drop scored ``-inf``, and how many each filter dropped."""
+    and the candidates ``filters`` (``drop_too_similar``'s) drop scored ``-inf``, and how many each filter dropped.
+    ``prompts``: the (query, corpus) prompts ``embed`` is given (``None``: the embedder's own)."""
     unit = torch.nn.functional.normalize
     corpus_vectors, query_vectors = (  # unit vectors, as sentence-transformers encodes for mining
-        unit(torch.as_tensor(np.asarray(embed(texts)), dtype=torch.float32), dim=1) for texts in (candidates, queries))
-    scores, indices = top_candidates(query_vectors, corpus_vectors, k, progress)
+        unit(torch.as_tensor(np.asarray(embed(texts) if prompt is None else embed(texts, prompt)),
+                             dtype=torch.float32), dim=1)
+        for texts, prompt in ((candidates, prompts[1]), (queries, prompts[0])))
+    scores, indices = top_candidates(query_vectors, corpus_vectors, k, progress, use_faiss)
     scores[indices == -1] = -float("inf")
     lowest = []
     for i, rows in enumerate(own):
@@ -175,14 +210,16 @@ def mine_hard_negatives(anchors: list, positives: list, embed: Callable, corpus:
                         num_negatives: int = 1, range_min: int = 0, range_max: Optional[int] = None,
                         relative_margin: Optional[float] = None, absolute_margin: Optional[float] = None,
                         max_score: Optional[float] = None, sampling: str = "top", seed: int = 42,
-                        progress: bool = True, output_format: str = "triplet") -> tuple:
+                        progress: bool = True, output_format: str = "triplet", query_prompt: Optional[str] = None,
+                        corpus_prompt: Optional[str] = None, use_faiss: bool = False) -> tuple:
     """``(columns, summary)``: ``columns`` ``{"sent0": [...], "sent1": [...], "hard_neg": [...]}`` with one row per
     (anchor, positive, negative) (``n-tuple``: ``hard_neg_1``... with one row per (anchor, positive)), and
     ``summary`` the counts the command prints. ``embed(texts) -> (n, d)`` array is the embedder
-    (``csekit.evaluation.encoders.load_embedder``). The options are the module docstring's."""
+    (``csekit.evaluation.encoders.load_embedder``), called as ``embed(texts, prompt)`` where a prompt is given. The
+    options are the module docstring's."""
     filters = {"relative_margin": relative_margin, "absolute_margin": absolute_margin, "max_score": max_score}
     check_mining_options(num_negatives, range_min, range_max, sampling=sampling, output_format=output_format,
-                         **filters)
+                         use_faiss=use_faiss, **filters)
     candidates = list(dict.fromkeys((corpus or []) + list(positives)))
     queries, own = own_positives(anchors, positives, candidates)
     most = max(len(rows) for rows in own)
@@ -191,7 +228,8 @@ def mine_hard_negatives(anchors: list, positives: list, embed: Callable, corpus:
         range_max = range_min + num_negatives * (10 if filtered else 1) + most
     check_mining_options(num_negatives, range_min, range_max, sampling=sampling, **filters)
     check_candidates(candidates, num_negatives)
-    scores, indices, dropped = ranked_candidates(queries, candidates, own, embed, range_max + most, filters, progress)
+    scores, indices, dropped = ranked_candidates(queries, candidates, own, embed, range_max + most, filters, progress,
+                                                 (query_prompt, corpus_prompt), use_faiss)
     scores, order = torch.topk(scores, k=range_max, dim=1)
     indices, scores = indices.gather(1, order)[:, range_min:], scores[:, range_min:]
     columns, short = {name: [] for name in output_columns(output_format, num_negatives)}, 0
