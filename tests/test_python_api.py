@@ -17,6 +17,7 @@ from transformers import AutoConfig, AutoModel, BertModel, TrainingArguments
 
 from conftest import REPO_ROOT, masked_lm_beside, tiny_bert_config
 from csekit.errors import DataError
+from csekit.loading import embedded_minilm_path
 from csekit.methods import METHODS
 from csekit.paper_configs import paper_configs
 from csekit.trainers import ContrastiveTrainer
@@ -87,6 +88,7 @@ def hub_cache(tmp_path_factory, tokenizer) -> Path:
                           ).save_pretrained(decoder)
     decoder_tokenizer.save_pretrained(decoder)
     build_hub_cache(cache, "Qwen/Qwen3-0.6B", decoder)
+    build_hub_cache(cache, "sentence-transformers/all-MiniLM-L6-v2", embedded_minilm_path())  # the mining embedder
     return cache
 
 

@@ -242,8 +242,8 @@ class CSETrainingArguments(TrainingArguments):
     lora_dropout: float = field(default=0.05, metadata={
         "help": "Dropout on each adapter's input (LLM2Vec's 0.05)."})
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"], metadata={
-        "help": "The layers that get adapters, by name (q_proj v_proj ...), or all-linear: every linear layer of the "
-                "backbone (on a decoder the q, k, v, o, gate, up and down projections, as LLM2Vec)."})
+        "help": "The layers that get adapters: names (q_proj v_proj ...), or all-linear (every linear layer, as "
+                "LLM2Vec)."})
     save_adapter: bool = field(default=False, metadata={
         "help": "With --lora_r: the adapter, too, in OUTPUT_DIR/adapter/."})
     keep_checkpoints: bool = field(default=False, metadata={
