@@ -181,36 +181,49 @@ def test_gradient_caching_trains_several_datasets_as_without_it(matryoshka, toke
 
 
 PROMPTED = [f"an old line {i} about the ferry" for i in range(24)]
+HARBOUR = [f"the harbour {i} at dusk with its {['nets', 'boats'][i % 2]}" for i in range(24)]
 
 
 @pytest.mark.parametrize("method", [pytest.param(method, id=method.name) for method in METHODS.values()
                                     if issubclass(method.trainer_class, Trainer)])
 def test_each_dataset_is_collated_with_its_own_prompt(method, backbone, tokenizer, tmp_path):
-    """``dataset_prompts={"ferry": "query: "}``: every batch of that dataset is its texts tokenized after the prompt,
-    every batch of the other its texts alone (the tokenizer on the texts is the oracle), in every method that trains
-    with a prompt; a method whose collator edits tokens (``prompt_refused``) refuses in one line."""
+    """``dataset_prompts={"ferry": "query: ", "wiki": ""}`` on a model prompted ``"passage: "``: every batch of
+    ``ferry`` is its texts tokenized after ``"query: "`` (in place of the model's prompt, not after it), of ``wiki``
+    its texts alone, of ``harbour`` (no prompt of its own) its texts after the model's (the tokenizer on the texts is
+    the oracle), padded and packed, in every method that trains with a prompt; a method whose collator edits tokens
+    (``prompt_refused``) refuses in one line."""
     torch.manual_seed(0)
-    argv = ["--model_name_or_path", str(backbone), *recipe_flags(method, backbone)]  # (the registry's test model)
+    refused = method.config_class.prompt_refused
+    argv = ["--model_name_or_path", str(backbone), *recipe_flags(method, backbone),  # (the registry's test model)
+            *([] if refused else ["--prompt", "passage: "])]
     model = method.training_model_class.from_encoder(str(backbone), **config_kwargs(
         method.recipe_module.RECIPE.parse(argv)[0], method.config_class))
-    data = {"wiki": Dataset.from_dict({"sent0": WIKI[:24]}), "ferry": Dataset.from_dict({"sent0": PROMPTED})}
-    trainer = method.trainer_class(model=model, args=arguments(tmp_path / "out", dataset_prompts={"ferry": "query: "}),
-                                   train_dataset=data, processing_class=tokenizer)
-    if method.config_class.prompt_refused:
-        with pytest.raises(DataError, match=f"^--dataset_prompts: {method.config_class.prompt_refused}"):
+    texts = {"wiki": WIKI[:24], "ferry": PROMPTED, "harbour": HARBOUR}
+    args = arguments(tmp_path / "out", dataset_prompts={"ferry": "query: ", "wiki": ""})
+    trainer = method.trainer_class(model=model, args=args, processing_class=tokenizer, train_dataset={
+        name: Dataset.from_dict({"sent0": sentences}) for name, sentences in texts.items()})
+    if refused:
+        with pytest.raises(DataError, match=f"^--dataset_prompts: {refused}"):
             trainer.preflight()
         return
     trainer.preflight()
-    expected = {name: {tuple(tokenizer(prompt + text)["input_ids"]) for text in texts}
-                for name, prompt, texts in (("wiki", "", WIKI[:24]), ("ferry", "query: ", PROMPTED))}
-    seen = Counter()
-    for batch in trainer.get_train_dataloader():
-        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0].bool()
-        rows = {tuple(row[keep].tolist()) for row, keep in zip(ids, mask)}
-        seen.update(name for name, texts in expected.items() if rows <= texts)
-    assert seen == {"wiki": 3, "ferry": 3}, seen
-    assert "ferry: sha256:" in trainer.run_record()["train_data"] and "prompt 'query: '" in trainer.run_record()[
-        "train_data"]
+    prompts = {"wiki": "", "ferry": "query: ", "harbour": "passage: "}
+    expected = {name: {tuple(tokenizer(prompts[name] + text)["input_ids"]) for text in sentences}
+                for name, sentences in texts.items()}
+    for packed in (False, True):  # padded batches, and packed ones (the recipes' default on a CPU)
+        trainer.data_collator.padding_free, seen = packed, Counter()
+        for batch in trainer.get_train_dataloader():
+            if packed:  # view 0 of each example: every `views`-th sequence of the row
+                lengths = batch["sequence_lengths"]
+                rows = {tuple(sequence.tolist()) for sequence in
+                        batch["input_ids"][0].split(lengths.flatten().tolist())[:: lengths.shape[1]]}
+            else:
+                ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0].bool()
+                rows = {tuple(row[keep].tolist()) for row, keep in zip(ids, mask)}
+            seen.update(name for name, sentences in expected.items() if rows <= sentences)
+        assert seen == {"wiki": 3, "ferry": 3, "harbour": 3}, (packed, seen)
+    record = trainer.run_record()["train_data"]
+    assert "ferry: sha256:" in record and "prompt 'query: '" in record and "prompt ''" in record
 
 
 BAD = [

@@ -60,8 +60,7 @@ class DatasetMix(torch.utils.data.Dataset):
         self.prompts = {}  # {name: prompt} of the datasets given one (``use_prompts``)
         self.sizes = [len(dataset) for dataset in self.datasets.values()]
         self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
-        self._parts = list(self.datasets.values())
-        self._prompts = (None,) * len(self._parts)
+        self._names, self._parts = list(self.datasets), list(self.datasets.values())
 
     def __len__(self) -> int:
         return sum(self.sizes)
@@ -70,8 +69,8 @@ class DatasetMix(torch.utils.data.Dataset):
         k = bisect.bisect_right(self.offsets, index) - 1
         row = dict(self._parts[k][int(index - self.offsets[k])])
         row[EXAMPLE_INDEX] = int(index)
-        if self._prompts[k] is not None:
-            row[DATASET_PROMPT] = self._prompts[k]
+        if self._names[k] in self.prompts:
+            row[DATASET_PROMPT] = self.prompts[self._names[k]]
         return row
 
     def use_prompts(self, prompts: dict) -> None:
@@ -81,7 +80,6 @@ class DatasetMix(torch.utils.data.Dataset):
         if unknown:
             raise DataError(f"--dataset_prompts {unknown[0]}: not one of the datasets ({', '.join(self.datasets)})")
         self.prompts = dict(prompts)
-        self._prompts = tuple(self.prompts.get(name) for name in self.datasets)
 
     def sources(self, source: str = "train_dataset") -> dict:
         """``{name as a message names it: dataset}``."""
