@@ -180,18 +180,17 @@ def dataset_prompt_map(value) -> dict:
     ``NAME=PROMPT`` items (split at the first ``=``; ``NAME=`` is no prompt); anything else is one line."""
     if not value:
         return {}
-    if isinstance(value, dict):
-        items = list(value.items())
-    else:
-        items = []
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if not isinstance(item, str) or "=" not in item:
-                raise DataError(f"--dataset_prompts {item!r}: give NAME=PROMPT items (in Python a dict), NAME a "
-                                "dataset's name (its --train_file)")
-            items.append(tuple(item.split("=", 1)))
-    for name, prompt in items:
-        if not isinstance(name, str) or not isinstance(prompt, str):
-            raise DataError(f"--dataset_prompts {name!r}: {prompt!r}: a dataset name and its prompt are strings")
+    if isinstance(value, dict):  # (a dict's names are distinct)
+        for name, prompt in value.items():
+            if not isinstance(name, str) or not isinstance(prompt, str):
+                raise DataError(f"--dataset_prompts {name!r}: {prompt!r}: a dataset name and its prompt are strings")
+        return dict(value)
+    items = []
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        if not isinstance(item, str) or "=" not in item:
+            raise DataError(f"--dataset_prompts {item!r}: give NAME=PROMPT items (in Python a dict), NAME a dataset's "
+                            "name (its --train_file)")
+        items.append(tuple(item.split("=", 1)))
     names = [name for name, _ in items]
     if len(set(names)) < len(names):
         raise DataError(f"--dataset_prompts: {next(n for n in names if names.count(n) > 1)} is given more than once")
