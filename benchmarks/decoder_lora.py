@@ -9,8 +9,9 @@ linear layer of the decoder, last-token pooling, temperature 0.05 (= MNRL scale 
 wiki1m sentences (each sentence is its own positive; dropout makes the views differ):
 
 * csekit: ``csekit train simcse --pooler_type last_token --lora_r R`` (the recipe's model, collator, trainer and
-  arguments; packed batches, its default: the positions restart at every sentence and each sentence attends
-  causally within itself), and the same with ``--padding_free false`` (padded batches, ``csekit padded``);
+  arguments) with ``--padding_free true`` (``csekit packed``: the positions restart at every sentence and each
+  sentence attends causally within itself; the default on the CPU) and ``--padding_free false`` (``csekit
+  padded``; the default on a GPU);
 * sentence-transformers: ``SentenceTransformer([Transformer, Pooling("lasttoken")])`` + ``add_adapter(LoraConfig)``
   (peft, through transformers' integration) + ``MultipleNegativesRankingLoss`` + ``SentenceTransformerTrainer``,
   which pads each column on its own.
@@ -18,9 +19,11 @@ wiki1m sentences (each sentence is its own positive; dropout makes the views dif
 A callback times the optimizer steps after ``--warmup`` of them, end to end (collation, forward, loss, backward,
 clipping, AdamW, the Trainer's bookkeeping); the sides alternate round by round with a fresh model each round.
 Reported: median and min-max wall and process-CPU seconds per step, and the per-round ratios
-sentence-transformers / csekit and csekit padded / csekit (> 1: csekit's default is faster).
+sentence-transformers / csekit packed, sentence-transformers / csekit padded and csekit padded / csekit packed
+(> 1: the second is slower).
 
     OMP_NUM_THREADS=2 python benchmarks/decoder_lora.py [--steps 6] [--warmup 1] [--rounds 5] [--output DIR]
+    python benchmarks/decoder_lora.py --device cuda --bf16 --hidden 1024 --layers 28   # Qwen3-0.6B's shape
 """
 
 import argparse
@@ -99,13 +102,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lora_r", type=int, default=16, help="LoRA rank on both sides (alpha = 2 x rank).")
     parser.add_argument("--train-file", default=TRAIN_FILE, help="wiki sentences (a path, or in the data folder).")
     parser.add_argument("--output", default=None, help="Folder for decoder_lora.json and .md.")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides train there).")
+    parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision on both sides (--bf16 true).")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     set_threads(args.threads)
-    device = torch.device("cpu")
+    device = torch.device(args.device)
     command, shown = command_line("decoder_lora.py", argv)
     train_file = resolve_data_file(args.train_file)
     sentences = read_sentences(train_file, limit=WIKI1M_QUICKSTART_SENTENCES)
@@ -113,35 +118,37 @@ def main(argv=None):
         decoder = save_decoder(Path(folder), sentences, args)
         flags = ["--pooler_type", "last_token", "--lora_r", str(args.lora_r), "--temperature", str(TEMPERATURE)]
         timings = interleaved({
-            "csekit": lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device,
-                                                 extra_flags=flags),
+            "csekit packed": lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device,
+                                                        args.bf16, extra_flags=flags + ["--padding_free", "true"]),
             "csekit padded": lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device,
-                                                        extra_flags=flags + ["--padding_free", "false"]),
+                                                        args.bf16, extra_flags=flags + ["--padding_free", "false"]),
             "sentence-transformers": lambda: st_trainer_run(
                 lambda: st_lora_model(decoder, args.hidden, args.lora_r, device), sentences, args.steps,
-                args.warmup, device),
+                args.warmup, device, args.bf16),
         }, args.rounds, warmup=False)
     rows = [f"| {side} | {format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} |"
             for side, runs in timings.items()]
-    walls, cpus = ratios(timings, "csekit", "sentence-transformers")
-    padded_walls, padded_cpus = ratios(timings, "csekit", "csekit padded")
+    compared = {f"{slower} / {faster}": ratios(timings, faster, slower) for faster, slower in (
+        ("csekit packed", "sentence-transformers"), ("csekit padded", "sentence-transformers"),
+        ("csekit packed", "csekit padded"))}
     lines = [f"Command: `{shown}`", f"Machine: {machine_description()}", "",
              f"**Qwen3-shaped decoder** ({args.layers} x {args.hidden}, random weights, BPE of {args.vocab} tokens), "
-             f"LoRA r {args.lora_r} on every linear layer, last-token pooling, unsupervised SimCSE on wiki1m, batch 64 "
+             f"LoRA r {args.lora_r} on every linear layer, {args.device}{' bf16' * args.bf16}, last-token pooling, "
+             f"unsupervised SimCSE on wiki1m, batch 64 "
              f"x max length {MAX_LENGTH}, {args.steps} steps a round ({args.warmup} untimed), {args.rounds} rounds.",
              "", "| side | wall s/step, median (min–max) | CPU s/step |", "|---|---:|---:|", *rows, "",
-             f"Per-round ratios, wall (CPU): sentence-transformers / csekit **{format_spread(walls)}** "
-             f"({format_spread(cpus)}); csekit padded / csekit {format_spread(padded_walls)} "
-             f"({format_spread(padded_cpus)}).", ""]
+             "Per-round ratios, wall (CPU): " + "; ".join(
+                 f"{name} **{format_spread(walls)}** ({format_spread(cpus)})"
+                 for name, (walls, cpus) in compared.items()) + ".", ""]
     print("\n".join(lines))
     if args.output:
         record = {"command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
                   "warmup": args.warmup, "hidden": args.hidden, "layers": args.layers, "vocab": args.vocab,
-                  "lora_r": args.lora_r, "seconds_per_step": {s: [r["wall"] for r in runs] for s, runs in
-                                                              timings.items()},
+                  "lora_r": args.lora_r, "device": args.device, "bf16": args.bf16,
+                  "seconds_per_step": {s: [r["wall"] for r in runs] for s, runs in timings.items()},
                   "cpu_seconds_per_step": {s: [r["cpu"] for r in runs] for s, runs in timings.items()},
-                  "ratio_wall": spread(walls), "ratio_cpu": spread(cpus), "padded_ratio_wall": spread(padded_walls),
-                  "padded_ratio_cpu": spread(padded_cpus)}
+                  "ratios": {name: {"wall": spread(walls), "cpu": spread(cpus)}
+                             for name, (walls, cpus) in compared.items()}}
         write_outputs(args.output, "decoder_lora", record, "\n".join(lines) + "\n")
 
 

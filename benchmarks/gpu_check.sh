@@ -4,6 +4,7 @@
 #   bash benchmarks/gpu_check.sh --prepare --data-dir DATA [--model-config DIR]  # here: wheels + assets (~10 MB)
 #   bash benchmarks/gpu_check.sh                      # there, .whl and outputs/gpu_assets carried: results in $OUT
 #   bash benchmarks/gpu_check.sh --cpu --data-dir DATA --model-config DIR --output DIR   # the same steps on the CPU
+#   bash benchmarks/gpu_check.sh --only tests,gradient_cache --limit 90   # some steps again, each with a new limit
 #
 # --prepare downloads the wheels the GPU image lacks (datasets, dill, multiprocess; Python 3.12, manylinux) into
 # .whl and writes outputs/gpu_assets: a bert-base-shaped config + tokenizer (--model-config, default transformers'
@@ -14,12 +15,16 @@
 # Both modes install the checkout as a user would, a plain (non-editable) install into a folder of its own, and run
 # everything from it (the checkout's csekit/ links the top-level folders, so the tests import the same code).
 #
-# The check, on CUDA (--cpu: at tiny sizes on the CPU, in CI through tests/test_benchmarks.py, under a minute), the
-# headline figures first:
+# The check, on CUDA (--cpu: every step at tiny sizes on the CPU, in CI through tests/test_benchmarks.py, a few
+# minutes), the headline figures first:
 #   1. benchmarks/gpu_throughput.py: SimCSE packed vs padded vs sentence-transformers MNRL, bf16, bert-base-shaped,
 #      eager with a profile, and Trainer.train() through the recipe against SentenceTransformerTrainer;
 #   2. the same compiled (torch.compile, default and CUDA graphs; --torch_compile true through the recipe, with
-#      --torch_compile_mode reduce-overhead too), one inductor cache shared by its runs (GPU only: --cpu skips it);
+#      --torch_compile_mode reduce-overhead too, and SentenceTransformerTrainer with torch_compile), one inductor
+#      cache shared by its runs;
+#      in both, the Trainer.train() rows (csekit's, then SentenceTransformerTrainer's) come before the bare steps;
+#   2b. benchmarks/decoder_lora.py: a Qwen3-0.6B-shaped decoder (28 x 1024, random weights) with LoRA r 16, csekit
+#      against SentenceTransformerTrainer, bf16 (--cpu: 2 x 64);
 #   3. the device tests (tests/test_device.py: gradient caching with the device's random state, fp16 with its
 #      scaler and bf16 cached steps, packed attention on the device; CUDA-only cases of the suite), and the
 #      two-process conformance cases where the machine has 2 GPUs;
@@ -35,6 +40,8 @@ output="${OUT:-outputs/gpu_check}"
 assets=outputs/gpu_assets
 data_dir="${CSEKIT_DATA_DIR:-}"
 model_config=""
+only=""
+step_limit=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) mode=cpu ;;
@@ -43,17 +50,34 @@ while [ $# -gt 0 ]; do
     --assets) assets="$2"; shift ;;
     --data-dir) data_dir="$2"; shift ;;
     --model-config) model_config="$2"; shift ;;
+    --only) only="$2"; shift ;;
+    --limit) step_limit="$2"; shift ;;
     -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 python=${PYTHON:-python3}
+for name in ${only//,/ }; do
+  case "$name" in
+    gpu_throughput|gpu_throughput_compiled|decoder_lora|tests|gradient_cache|token_budget) ;;
+    *) echo "gpu_check.sh: --only $name: not a step (gpu_throughput, gpu_throughput_compiled, decoder_lora, tests," \
+            "gradient_cache, token_budget)" >&2; exit 2 ;;
+  esac
+done
+[[ -z "$step_limit" || "$step_limit" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: --limit $step_limit: give seconds" >&2; exit 2; }
 nli_file() {  # the NLI triplets of a data folder: SNLI's dev/test triplets, else SimCSE's training file
   for name in nli/snli_devtest_for_simcse.csv nli/nli_for_simcse.csv; do
     [ -f "$1/$name" ] && { echo "$name"; return; }
   done
   echo nli/snli_devtest_for_simcse.csv
+}
+wiki_file() {  # the wiki1m sentences of a data folder: the whole file, else one holding its first lines
+  local name
+  for name in "$1/wiki/wiki1m_for_simcse.txt" "$1"/wiki/wiki1m_for_simcse*.txt; do
+    [ -f "$name" ] && { echo "$name"; return; }
+  done
+  echo "$1/wiki/wiki1m_for_simcse.txt"
 }
 
 if [ "$mode" = prepare ]; then
@@ -116,17 +140,20 @@ if [ "$mode" = gpu ]; then
   throughput=(--steps 100 --warmup 10 --trainer-steps 100 --methods simcse --precision bf16)
   cache=(--batch 256 --mini-batches 64 --max-length 32 --rounds 1)
   budget=(--rounds 1)
-  limits=(80 140 170 45 45)
+  decoder=(--device cuda --bf16 --hidden 1024 --layers 28 --steps 20 --warmup 5 --rounds 2)
+  limits=(70 120 150 40 40 90)
 else
   [ -n "$data_dir" ] || { echo "gpu_check.sh: --cpu needs --data-dir (or CSEKIT_DATA_DIR)" >&2; exit 2; }
   [ -n "$model_config" ] || model_config=$("$python" -c "from csekit.loading import embedded_minilm_path as p; print(p())")
   device=cpu
-  throughput=(--steps 2 --warmup 1 --size tiny --methods simcse --threads 1)
+  throughput=(--steps 2 --warmup 1 --trainer-steps 2 --size tiny --methods simcse --threads 1)
   cache=(--size tiny --batch 8 --mini-batches 4 --rounds 1 --threads 1 --in-process)
   budget=(--size tiny --batch 8 --budgets 128 --counts 2 --rounds 1 --in-process)
-  limits=(240 120 0 120 120)
+  decoder=(--hidden 64 --layers 2 --vocab 300 --steps 2 --warmup 1 --rounds 1 --threads 1)
+  limits=(240 180 600 120 120 120)
 fi
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 CSEKIT_DATA_DIR="$data_dir"
+wiki=$(wiki_file "$data_dir")
 
 {
   echo "# GPU check ($mode mode)"
@@ -142,7 +169,8 @@ EOF
 } > "$report"
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to NAME.log, record the exit status
-  local name=$1 seconds=$2; shift 2
+  local name=$1 seconds=${step_limit:-$2}; shift 2
+  [ -z "$only" ] || [[ ",$only," == *",$name,"* ]] || return 0
   local start=$SECONDS
   timeout "$seconds" "$@" > "$output/$name.log" 2>&1
   local status=$? limit=""
@@ -155,17 +183,19 @@ rm -f "$output/steps.txt"
 # then the device tests, gradient caching and the token budget. One inductor cache serves every compiled step.
 export TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)"
 step gpu_throughput "${limits[1]}" "$python" benchmarks/gpu_throughput.py --device "$device" --st --profile \
-  --model-config "$model_config" --data-file "$data_dir/wiki/wiki1m_for_simcse.txt" --output "$output" \
+  --model-config "$model_config" --data-file "$wiki" --output "$output" \
   "${throughput[@]}"
-if [ "${limits[2]}" -gt 0 ]; then  # compiled: on the GPU only (the CPU guards are tests/test_compile.py)
+if [ -z "$only" ] || [[ ",$only," == *",gpu_throughput_compiled,"* ]]; then
   mkdir -p "$output/compiled"
   step gpu_throughput_compiled "${limits[2]}" "$python" benchmarks/gpu_throughput.py --device "$device" \
-    --compile --compile-modes default,reduce-overhead --model-config "$model_config" --data-file "$data_dir/wiki/wiki1m_for_simcse.txt" \
+    --compile --compile-modes default,reduce-overhead --st --model-config "$model_config" --data-file "$wiki" \
     --output "$output/compiled" "${throughput[@]}"
   [ -f "$output/compiled/gpu_throughput.md" ] && cp "$output/compiled/gpu_throughput.md" \
     "$output/gpu_throughput_compiled.md"
   rm -rf "$output/compiled"
 fi
+step decoder_lora "${limits[5]}" "$python" benchmarks/decoder_lora.py --train-file "$wiki" --output "$output" \
+  "${decoder[@]}"
 gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
 tests=(tests/test_device.py)
 if [ "$mode" = gpu ]; then  # the suite's CUDA-only cases; with 2 GPUs its two-process cases run on them
@@ -189,9 +219,9 @@ rm -rf "$site" "$TORCHINDUCTOR_CACHE_DIR"
   echo "## Device tests"
   echo
   echo '```'
-  tail -n 15 "$output/tests.log"
+  [ -f "$output/tests.log" ] && tail -n 15 "$output/tests.log"
   echo '```'
-  for name in gpu_throughput gpu_throughput_compiled gradient_cache token_budget; do
+  for name in gpu_throughput gpu_throughput_compiled decoder_lora gradient_cache token_budget; do
     grep -q "^- $name: " "$output/steps.txt" || continue
     echo
     echo "## $name"
@@ -201,7 +231,7 @@ rm -rf "$site" "$TORCHINDUCTOR_CACHE_DIR"
   done
 } >> "$report"
 rm -f "$output"/*.json "$output/steps.txt" "$output"/profile_*.txt \
-  "$output"/{gpu_throughput,gpu_throughput_compiled,gradient_cache,token_budget}.md
+  "$output"/{gpu_throughput,gpu_throughput_compiled,decoder_lora,gradient_cache,token_budget}.md
 echo "gpu_check: $report"
 grep -q "exit [^0]" "$report" && exit 1
 exit 0

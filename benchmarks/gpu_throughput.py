@@ -113,10 +113,10 @@ TARGET_EPOCH_SECONDS = 150  # the target: one wiki1m epoch of SimCSE bert-base i
 # --trainer-steps: the recipe's defaults (padded on a GPU), then the packed layout
 TRAINER_VARIANTS = [("(recipe defaults)", []), ("--padding_free true", ["--padding_free", "true"])]
 COMPILED_TRAINER_VARIANTS = [("--torch_compile true", ["--torch_compile", "true"]),
-                             ("--torch_compile true --padding_free true",
-                              ["--torch_compile", "true", "--padding_free", "true"]),
                              ("--torch_compile true --torch_compile_mode reduce-overhead",
-                              ["--torch_compile", "true", "--torch_compile_mode", "reduce-overhead"])]
+                              ["--torch_compile", "true", "--torch_compile_mode", "reduce-overhead"]),
+                             ("--torch_compile true --padding_free true",
+                              ["--torch_compile", "true", "--padding_free", "true"])]
 BERT_BASE = "bert-base-uncased-tokenizer"
 
 
@@ -523,8 +523,10 @@ def trainer_warmup(args) -> int:
 
 
 def timing_jobs(args, record, folder, config, inputs, output_dir) -> list:
-    """``[(name, job)]``: the bare steps of each method (packed and padded, or compiled per mode),
-    sentence-transformers' with ``--st``, and the ``Trainer.train()`` runs with ``--trainer-steps``."""
+    """``[(name, job)]``, the headline rows first (a run cut by a time limit loses the later ones): with
+    ``--trainer-steps`` the ``Trainer.train()`` runs (the recipe's padded ones, with ``--st``
+    sentence-transformers', then the packed one), then the bare steps of each method (packed and padded, or compiled
+    per mode) and sentence-transformers' with ``--st``."""
     device, precision, methods, _, data_file, sentences = inputs
     feature_batches = [[sentences[(i * BATCH + j) % len(sentences)] for j in range(BATCH)]
                        for i in range(args.warmup + args.steps)]
@@ -536,19 +538,20 @@ def timing_jobs(args, record, folder, config, inputs, output_dir) -> list:
         return {**step_result(key, run, args, device, peak, matmul_rate, output_dir), "padding_free": padding_free}
 
     modes = [m.strip() for m in args.compile_modes.split(",")] if args.compile else [None]
-    jobs = [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed, mode=mode:
-             bare_steps(key, packed, mode)) for mode in modes for key in methods
-            for packed in ((True, False) if mode is None else (False, True) if mode == "default" else (False,))]
-    jobs += [(NAMES["st"], lambda: bare_steps("st", mode=modes[0]))] if args.st else []
+    jobs = []  # the headline rows first (Trainer.train(), csekit's then sentence-transformers'), the bare steps after
     if args.trainer_steps:
         steps, warmup, bf16 = args.trainer_steps, trainer_warmup(args), precision == "bf16"
         jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(
             folder, data_file, steps, warmup, device, bf16, flags))
             for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS)]
-        if args.st:
-            jobs.append((f"sentence-transformers, SentenceTransformerTrainer{' torch_compile' * args.compile}",
-                         lambda: st_trainer_run(lambda: st_model(folder, config, device), sentences, steps,
-                                                warmup, device, bf16, args.compile)))
+        if args.st:  # before the last variant, the packed one (the default layout on a GPU is padded)
+            name = f"sentence-transformers, SentenceTransformerTrainer{' torch_compile' * args.compile}"
+            jobs.insert(len(jobs) - 1, (name, lambda: st_trainer_run(
+                lambda: st_model(folder, config, device), sentences, steps, warmup, device, bf16, args.compile)))
+    jobs += [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed, mode=mode:
+              bare_steps(key, packed, mode)) for mode in modes for key in methods
+             for packed in ((True, False) if mode is None else (False, True) if mode == "default" else (False,))]
+    jobs += [(NAMES["st"], lambda: bare_steps("st", mode=modes[0]))] if args.st else []
     return jobs
 
 

@@ -25,7 +25,7 @@ def gpu_throughput(monkeypatch):
     return gpu_throughput
 
 
-def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, minilm_path, data_dir, tmp_path):
+def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, minilm_path, data_dir, tmp_path, capsys):
     # every other sentence longer than 32 tokens, so that every batch pads to the 32-token cap and has padding
     lines = (data_dir / "wiki" / "wiki1m_for_simcse.txt").read_text().splitlines()
     wiki = tmp_path / "wiki.txt"
@@ -71,8 +71,10 @@ def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, mini
     assert results["sentence-transformers MNRL"]["counted_tflop_per_step"] == pytest.approx(
         results["SimCSE padded"]["counted_tflop_per_step"], rel=0.02)
     names = [t["name"] for t in record["trainer"]]
-    assert names == [f"SimCSE, Trainer.train() {name}" for name, _ in gpu_throughput.TRAINER_VARIANTS] + [
-        "sentence-transformers, SentenceTransformerTrainer"] and names[0].endswith("(recipe defaults)")
+    assert names == ["SimCSE, Trainer.train() (recipe defaults)", "sentence-transformers, SentenceTransformerTrainer",
+                     *(f"SimCSE, Trainer.train() {name}" for name, _ in gpu_throughput.TRAINER_VARIANTS[1:])]
+    timed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("timing ")]
+    assert timed[:len(names)] == [f"timing {name} ..." for name in names]  # the headline rows first
     for t in record["trainer"]:
         assert t["seconds_per_step"] > 0 and t["steps"] == 1
         assert t["epoch_seconds"] == pytest.approx(WIKI1M_STEPS * t["seconds_per_step"])
@@ -167,10 +169,11 @@ def test_gpu_check_runs_its_steps_on_the_cpu_and_writes_one_results_file(minilm_
 
     result = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), "--cpu", "--data-dir",
                              str(data_dir), "--model-config", str(minilm_path), "--output", str(tmp_path)],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=1200)
     report = (tmp_path / "gpu_check.md").read_text()
     assert result.returncode == 0, report
-    for name in ("tests", "gpu_throughput", "gradient_cache", "token_budget"):
+    for name in ("tests", "gpu_throughput", "gpu_throughput_compiled", "decoder_lora", "gradient_cache",
+                 "token_budget"):
         assert f"- {name}: exit 0 in " in report
     assert "passed" in report and "## token_budget" in report and "| csekit tokens 128 |" in report
     st_row = next(line for line in report.splitlines() if line.startswith("| sentence-transformers tokens 128 |"))
@@ -181,7 +184,14 @@ def test_gpu_check_runs_its_steps_on_the_cpu_and_writes_one_results_file(minilm_
     else:  # an older sentence-transformers: the row says why, the check still passes
         assert "has no token budget" in st_row
     assert "| SimCSE packed |" in report and "| sentence-transformers MNRL |" in report
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["gpu_check.md", "gpu_throughput.log",
+    for row in ("SimCSE, Trainer.train() (recipe defaults)", "sentence-transformers, SentenceTransformerTrainer",
+                "SimCSE, Trainer.train() --torch_compile true", "SimCSE padded (torch.compile, reduce-overhead)",
+                "SimCSE, Trainer.train() --torch_compile true --torch_compile_mode reduce-overhead",
+                "sentence-transformers, SentenceTransformerTrainer torch_compile", "SimCSE packed (torch.compile)",
+                "Qwen3-shaped decoder"):  # every job of the GPU call, the compiled ones included
+        assert row in report, row
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["decoder_lora.log", "gpu_check.md",
+                                                                "gpu_throughput.log", "gpu_throughput_compiled.log",
                                                                 "gradient_cache.log", "tests.log",
                                                                 "token_budget.log"]
 

@@ -14,6 +14,7 @@ import torch
 
 from conftest import save_tiny_backbone
 from csekit.methods import get_method
+from csekit.modeling import packing
 from test_gradient_cache import build, chunking, examples, inputs_of, largest_difference, step
 
 DEVICE = os.environ.get("CSEKIT_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else None)
@@ -26,13 +27,21 @@ def on_device(batch: dict, device: torch.device) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["examples", "tokens"])
-@pytest.mark.parametrize("layout", ["padded", "packed"])
+@pytest.mark.parametrize("layout", ["padded", "packed", "packed, laid out"])
 def test_a_cached_step_on_the_device_redraws_each_chunks_dropout_from_the_devices_random_state(
-        kind, layout, backbones, sentences, tmp_path):
+        kind, layout, backbones, sentences, tmp_path, monkeypatch):
     """Dropout on the device draws from the device's generator: the cached step must restore it before each chunk's
-    second pass, so it equals the full-graph step with the same per-chunk random states."""
+    second pass, so it equals the full-graph step with the same per-chunk random states. "packed, laid out": the
+    packed row laid out from its padded layout (one attention block per layer, dropout drawn over that block), as an
+    accelerator or a compiled step lays it out, here on any device; the reference's chunks carry that layout too."""
+    laid_out = []
+    if layout == "packed, laid out":
+        def by_layout(lengths, padded_layout):
+            laid_out.append(padded_layout is not None)
+            return padded_layout is not None
+        monkeypatch.setattr(packing, "laid_out_on_device", by_layout)
     method = get_method("simcse")
-    flags = (*DEVICE_FLAGS, "--padding_free", str(layout == "packed").lower())
+    flags = (*DEVICE_FLAGS, "--padding_free", str(layout != "padded").lower())
     plain = build(method, backbones[0.1], tmp_path / "plain", *flags)
     extra, bounds = chunking(kind, plain.data_collator(examples(method, sentences, ())))
     cached = build(method, backbones[0.1], tmp_path / "cached", *flags, *extra)
@@ -53,6 +62,7 @@ def test_a_cached_step_on_the_device_redraws_each_chunks_dropout_from_the_device
     torch.testing.assert_close(result[0], losses["loss"].detach(), rtol=1e-5, atol=1e-6)
     scale = max(float(g.abs().max()) for g in reference.values())
     assert largest_difference(result[1], reference) <= 1e-4 * scale
+    assert all(laid_out) and bool(laid_out) == (layout == "packed, laid out")  # the layout reached every call
 
 
 @pytest.mark.parametrize("precision", ["bf16", pytest.param("fp16", marks=pytest.mark.skipif(

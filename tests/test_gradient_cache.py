@@ -242,6 +242,8 @@ def inputs_of(inputs: dict, start: int, end: int) -> dict:
     offsets = torch.cat([lengths.new_zeros(1), lengths.sum(dim=1).cumsum(0)])
     chunk = {"input_ids": inputs["input_ids"][:, offsets[start] : offsets[end]],
              "sequence_lengths": lengths[start:end]}
+    if inputs.get("attention_mask") is not None:  # the padded layout (one row per example): lays the row out on a GPU
+        chunk["attention_mask"] = inputs["attention_mask"][start:end]
     if "mlm_input_ids" in inputs:
         first = torch.cat([lengths.new_zeros(1), lengths[:, 0].cumsum(0)])
         for name in ("mlm_input_ids", "mlm_labels"):
