@@ -46,6 +46,7 @@ from conftest import (
 )
 from csekit import cli
 from csekit.methods import METHODS, Method, OneProcess, load_object
+from csekit.preflight import DECODER_BACKBONES
 from csekit.trainers.arguments import config_fields
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell today."]
@@ -98,7 +99,15 @@ def recipe_argv(method: Method, backbone: Path, data: dict, output_dir: Path, *e
                  "--max_seq_length", 16, "--disable_tqdm", "true", "--report_to", "none"]
     else:
         argv += ["--cache_dir", output_dir.parent / f"{output_dir.name}-cache"]
-    return [str(item) for item in [*argv, *recipe_flags(method, backbone), *extra]]
+    return [str(item) for item in [*argv, *backbone_flags(recipe_flags(method, backbone), backbone), *extra]]
+
+
+def backbone_flags(flags: list, backbone: Path) -> list:
+    """A method's test flags for ``backbone``: on a decoder, last-token pooling where they name the first token's."""
+    config = json.loads((Path(backbone) / "config.json").read_text())
+    if config.get("model_type") not in DECODER_BACKBONES:
+        return list(flags)
+    return ["last_token" if flag == "cls" else flag for flag in flags]
 
 
 def train(method: Method, argv: list, trainer_class=None, model_hook=None) -> None:
@@ -129,6 +138,13 @@ def data(tmp_path_factory, corpus, data_dir) -> dict:
     entailed = [line.split("\t")[1:3] for line in nli if line.endswith("\tentailment")][:64]
     pairs.write_text("sent0,sent1\n" + "".join(f'"{a}","{b}"\n' for a, b in entailed))
     return {"sentences": corpus, "pairs": pairs}
+
+
+@pytest.fixture(scope="module")
+def make_backbone(tokenizer):
+    """``(folder, dropout) -> folder``: a fresh tests' backbone saved in ``folder``, the tiny BERT of ``conftest.py``
+    (``test_conformance_decoders.py`` gives a tiny decoder instead, and ``tiny_backbone`` one with dropout 0.1)."""
+    return lambda folder, dropout=0.1: save_tiny_backbone(folder, tokenizer, dropout)
 
 
 @pytest.fixture(scope="module")
@@ -175,10 +191,13 @@ def assert_same_weights(reference: dict, other: dict, rtol: float = 1e-5, atol: 
 
 # ------------------------------------------------------------------------------------------------ publishing
 def selected(request, test) -> list:
-    """The methods of the collected cases of ``test`` (a fixture shared by them does the work of those only)."""
+    """The methods of the collected cases of ``test`` in the requesting module (a fixture shared by them does the work
+    of those only) that its backbone takes (the module's ``applies``, where it has one)."""
+    applies = getattr(request.module, "applies", lambda method: True)
     chosen = {item.callspec.params["method"].name for item in request.session.items
-              if getattr(item, "originalname", None) == test.__name__ and hasattr(item, "callspec")}
-    return [method for name, method in METHODS.items() if name in chosen]
+              if getattr(item, "originalname", None) == test.__name__ and hasattr(item, "callspec")
+              and item.module is request.module}
+    return [method for name, method in METHODS.items() if name in chosen and applies(method)]
 
 
 LOAD_ALL = """
@@ -262,8 +281,8 @@ def test_card_and_push_dry_run_publish_no_local_path_and_no_pickle(method, train
 
 # ------------------------------------------------------------------------------------------------ training
 @pytest.mark.parametrize("method", methods("packing"))
-def test_packed_and_padded_batches_train_to_the_same_weights(method, tmp_path, tokenizer, data):
-    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)  # same draws in both layouts
+def test_packed_and_padded_batches_train_to_the_same_weights(method, tmp_path, make_backbone, data):
+    backbone = make_backbone(tmp_path / "backbone", dropout=0.0)  # same draws in both layouts
     for layout in ("true", "false"):  # SGD: Adam's first steps would turn rounding in near-zero gradients into +-lr
         train(method, recipe_argv(method, backbone, data, tmp_path / layout, "--padding_free", layout, "--optim",
                                   "sgd", steps=2))
@@ -435,7 +454,7 @@ def same_tensors(first: dict, second: dict) -> bool:
 
 
 @pytest.mark.parametrize("method", [case for case in methods() if trains_with_trainer(case.values[0])])
-def test_a_step_draws_nothing_from_the_global_generators_but_dropout(method, tokenizer, data, tmp_path):
+def test_a_step_draws_nothing_from_the_global_generators_but_dropout(method, make_backbone, data, tmp_path):
     """With dropout off (a backbone saved with dropout 0) and the forward's declared global draws off
     (``Method.forward_draws``), the collator's batch and the step's loss and gradients are bit-identical under two
     seeds of torch's, numpy's and Python's global generators: every other draw (masks, repetitions, noise, orders)
@@ -443,7 +462,7 @@ def test_a_step_draws_nothing_from_the_global_generators_but_dropout(method, tok
     moves a negative's logit shows in the loss."""
     import copy
 
-    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)
+    backbone = make_backbone(tmp_path / "backbone", dropout=0.0)
     seen = {}
 
     class Checking(method.trainer_class):
@@ -487,14 +506,14 @@ def declared_cases(attribute: str, nothing: str) -> list:
 
 
 @pytest.mark.parametrize("method, weight", declared_cases("loss_terms", "loss term besides its contrastive one"))
-def test_each_declared_loss_term_moves_the_loss_and_the_gradients_with_its_weight(method, weight, tokenizer, data,
+def test_each_declared_loss_term_moves_the_loss_and_the_gradients_with_its_weight(method, weight, make_backbone, data,
                                                                                   tmp_path):
     """Each term of ``Method.loss_terms``: the same batch from the same weights, with dropout off, gives another loss
     and other gradients when the config field weighting the term changes (its default, then its default + 1): the
     term is computed, weighted by that field and reaches the parameters."""
     import copy
 
-    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)
+    backbone = make_backbone(tmp_path / "backbone", dropout=0.0)
     seen = {}
 
     class Checking(method.trainer_class):
@@ -538,14 +557,15 @@ def float_field_cases() -> list:
 
 
 @pytest.mark.parametrize("method, name", float_field_cases())
-def test_every_float_setting_changes_the_loss_of_a_model_built_with_it(method, name, tokenizer, data, tmp_path):
+def test_every_float_setting_changes_the_loss_of_a_model_built_with_it(method, name, make_backbone, data,
+                                                                       tmp_path):
     """Each float setting of the config is live: a model built anew from a config where only that setting differs
     (the same weights), with the method's collator for that config, gives the same examples another loss. A value
     hard-coded, copied at construction and never read again, or read nowhere fails here whatever its default is.
     Examples are triplets where the method takes them (so a hard-negative weight is read)."""
     import copy
 
-    backbone = save_tiny_backbone(tmp_path / "backbone", tokenizer, dropout=0.0)
+    backbone = make_backbone(tmp_path / "backbone", dropout=0.0)
     if not trains_with_trainer(method):  # its own loop (CLSR): one epoch of the head from each model's config
         arguments = load_object(method.exports[0])
         pairs = {"sent0": [f"a sentence about harbour {i}" for i in range(16)],
@@ -595,8 +615,9 @@ def test_every_float_setting_changes_the_loss_of_a_model_built_with_it(method, n
 def test_each_declared_augmentation_makes_views_that_differ_from_the_sentence(method, flags, tiny_backbone, data,
                                                                              tmp_path):
     """The collator the recipe builds with the augmentation's flags, given 16 sentences of ten words (room for the
-    repeated tokens within ``--max_seq_length 16``): most of each later view's token sequences differ from the
-    sentence's (view 0). A repetition may draw zero copies (the authors' ``randint(0, ...)``), so not every one."""
+    repeated tokens within ``--max_seq_length 64``, also in a decoder's small byte-level BPE): most of each later
+    view's token sequences differ from the sentence's (view 0). A repetition may draw zero copies (the authors'
+    ``randint(0, ...)``), so not every one."""
     seen = {}
 
     class Checking(method.trainer_class):
@@ -611,8 +632,8 @@ def test_each_declared_augmentation_makes_views_that_differ_from_the_sentence(me
                     for view in range(1, ids.shape[1])])
             return super().training_step(model, inputs, num_items_in_batch)
 
-    train(method, recipe_argv(method, tiny_backbone, data, tmp_path / "out", "--padding_free", "false", *flags,
-                              steps=1), trainer_class=Checking)
+    train(method, recipe_argv(method, tiny_backbone, data, tmp_path / "out", "--padding_free", "false",
+                              "--max_seq_length", "64", *flags, steps=1), trainer_class=Checking)
     assert seen["views"] >= 2 and all(count >= 8 for count in seen["differ"]), seen
 
 
@@ -708,12 +729,12 @@ def launch(jobs: list, jobs_file: Path, num_processes: int, port=None) -> Bounde
 
 
 @pytest.fixture(scope="module")
-def launched(request, tmp_path_factory, tokenizer, data) -> Path:
+def launched(request, tmp_path_factory, make_backbone, data) -> Path:
     """The selected methods trained by 2 processes with batch B and by 1 process with batch 2B (float64, dropout
     off), the two launches at once; per-process whitening also by 1 process whitening each half alone. Each job
     records its batches and losses (``dist_worker.py``)."""
     root = tmp_path_factory.mktemp("processes")
-    backbone = save_tiny_backbone(root / "backbone", tokenizer, dropout=0.0)
+    backbone = make_backbone(root / "backbone", dropout=0.0)
     two, one = [], []
     cached = selected(request, test_two_processes_with_gradient_caching_train_what_one_process_trains_uncached)
     plain = selected(request, test_two_processes_train_what_one_process_trains_with_the_whole_batch)
