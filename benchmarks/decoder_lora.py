@@ -5,8 +5,8 @@ The decoder is random (``--hidden`` x ``--layers``, Qwen3's layout: grouped-quer
 with a byte-level BPE of ``--vocab`` tokens trained on the wiki sentences, its end-of-sequence token appended to
 every sentence and used as the pad token (as csekit prepares a decoder's tokenizer for last-token pooling; both
 sides load the same saved tokenizer). Both sides train LoRA rank ``--lora_r`` (alpha 2r, dropout 0.05) on every
-linear layer of the decoder, last-token pooling, temperature 0.05 (= MNRL scale 20), batch 64, max length 32, on
-wiki1m sentences (each sentence is its own positive; dropout makes the views differ):
+linear layer of the decoder, last-token pooling, temperature 0.05 (= MNRL scale 20), batch 64, max length 32
+(``--max-length``), on wiki1m sentences (each sentence is its own positive; dropout makes the views differ):
 
 * csekit: ``csekit train simcse --pooler_type last_token --lora_r R`` (the recipe's model, collator, trainer and
   arguments) with ``--padding_free true`` (``csekit packed``: the positions restart at every sentence and each
@@ -18,12 +18,13 @@ wiki1m sentences (each sentence is its own positive; dropout makes the views dif
 
 A callback times the optimizer steps after ``--warmup`` of them, end to end (collation, forward, loss, backward,
 clipping, AdamW, the Trainer's bookkeeping); the sides alternate round by round with a fresh model each round.
-Reported: median and min-max wall and process-CPU seconds per step, and the per-round ratios
+Reported: median and min-max wall and process-CPU seconds per step, the peak GPU memory of each side (on CUDA:
+the most allocated during a run, model included), and the per-round ratios
 sentence-transformers / csekit packed, sentence-transformers / csekit padded and csekit padded / csekit packed
 (> 1: the second is slower).
 
     OMP_NUM_THREADS=2 python benchmarks/decoder_lora.py [--steps 6] [--warmup 1] [--rounds 5] [--output DIR]
-    python benchmarks/decoder_lora.py --device cuda --bf16 --hidden 1024 --layers 28   # Qwen3-0.6B's shape
+    python benchmarks/decoder_lora.py --device cuda --bf16 --hidden 1024 --layers 28 --max-length 64   # Qwen3-0.6B
 """
 
 import argparse
@@ -75,17 +76,36 @@ def save_decoder(folder: Path, sentences: list, args) -> Path:
     return folder
 
 
-def st_lora_model(folder: Path, hidden: int, rank: int, device):
+def st_lora_model(folder: Path, hidden: int, rank: int, device, max_length: int = MAX_LENGTH):
     """sentence-transformers' decoder embedder with LoRA adapters on every linear layer (its own ``add_adapter``)."""
     from peft import LoraConfig
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
-    transformer = Transformer(str(folder), max_seq_length=MAX_LENGTH)
+    transformer = Transformer(str(folder), max_seq_length=max_length)
     model = SentenceTransformer(modules=[transformer, Pooling(hidden, "lasttoken")], device=device.type)
     model.add_adapter(LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.05, target_modules="all-linear",
                                  bias="none"))
     return model
+
+
+def with_peak_memory(run, device):
+    """``run`` returning its result with ``peak_gib``, the GPU memory allocated at most during it (on CUDA)."""
+    def measured():
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        result = run()
+        if device.type == "cuda":
+            result["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        return result
+    return measured
+
+
+def peak_cell(runs) -> str:
+    """The largest peak GPU memory of a side's runs, or – off a GPU."""
+    peaks = [r["peak_gib"] for r in runs if r.get("peak_gib") is not None]
+    return f"{max(peaks):.2f}" if peaks else "–"
 
 
 def ratios(timings: dict, faster: str, slower: str) -> tuple:
@@ -104,6 +124,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", default=None, help="Folder for decoder_lora.json and .md.")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides train there).")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision on both sides (--bf16 true).")
+    parser.add_argument("--max-length", type=int, default=MAX_LENGTH, help="Truncation length on both sides.")
     return parser.parse_args(argv)
 
 
@@ -117,17 +138,18 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as folder:
         decoder = save_decoder(Path(folder), sentences, args)
         flags = ["--pooler_type", "last_token", "--lora_r", str(args.lora_r), "--temperature", str(TEMPERATURE)]
-        timings = interleaved({
-            "csekit packed": lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device,
-                                                        args.bf16, extra_flags=flags + ["--padding_free", "true"]),
-            "csekit padded": lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device,
-                                                        args.bf16, extra_flags=flags + ["--padding_free", "false"]),
+        def csekit_side(layout):
+            return lambda: csekit_trainer_run(decoder, train_file, args.steps, args.warmup, device, args.bf16,
+                                              extra_flags=flags + ["--padding_free", layout],
+                                              max_length=args.max_length)
+
+        timings = interleaved({name: with_peak_memory(run, device) for name, run in {
+            "csekit packed": csekit_side("true"), "csekit padded": csekit_side("false"),
             "sentence-transformers": lambda: st_trainer_run(
-                lambda: st_lora_model(decoder, args.hidden, args.lora_r, device), sentences, args.steps,
-                args.warmup, device, args.bf16),
-        }, args.rounds, warmup=False)
-    rows = [f"| {side} | {format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} |"
-            for side, runs in timings.items()]
+                lambda: st_lora_model(decoder, args.hidden, args.lora_r, device, args.max_length), sentences,
+                args.steps, args.warmup, device, args.bf16)}.items()}, args.rounds, warmup=False)
+    rows = [f"| {side} | {format_spread([r['wall'] for r in runs])} | {format_spread([r['cpu'] for r in runs])} | "
+            f"{peak_cell(runs)} |" for side, runs in timings.items()]
     compared = {f"{slower} / {faster}": ratios(timings, faster, slower) for faster, slower in (
         ("csekit packed", "sentence-transformers"), ("csekit padded", "sentence-transformers"),
         ("csekit packed", "csekit padded"))}
@@ -135,8 +157,9 @@ def main(argv=None):
              f"**Qwen3-shaped decoder** ({args.layers} x {args.hidden}, random weights, BPE of {args.vocab} tokens), "
              f"LoRA r {args.lora_r} on every linear layer, {args.device}{' bf16' * args.bf16}, last-token pooling, "
              f"unsupervised SimCSE on wiki1m, batch 64 "
-             f"x max length {MAX_LENGTH}, {args.steps} steps a round ({args.warmup} untimed), {args.rounds} rounds.",
-             "", "| side | wall s/step, median (min–max) | CPU s/step |", "|---|---:|---:|", *rows, "",
+             f"x max length {args.max_length}, {args.steps} steps a round ({args.warmup} untimed), {args.rounds} "
+             "rounds.", "", "| side | wall s/step, median (min–max) | CPU s/step | peak GPU memory GiB |",
+             "|---|---:|---:|---:|", *rows, "",
              "Per-round ratios, wall (CPU): " + "; ".join(
                  f"{name} **{format_spread(walls)}** ({format_spread(cpus)})"
                  for name, (walls, cpus) in compared.items()) + ".", ""]
@@ -144,7 +167,8 @@ def main(argv=None):
     if args.output:
         record = {"command": command, "machine": machine_description(), "rounds": args.rounds, "steps": args.steps,
                   "warmup": args.warmup, "hidden": args.hidden, "layers": args.layers, "vocab": args.vocab,
-                  "lora_r": args.lora_r, "device": args.device, "bf16": args.bf16,
+                  "lora_r": args.lora_r, "device": args.device, "bf16": args.bf16, "max_length": args.max_length,
+                  "peak_gib": {s: [r.get("peak_gib") for r in runs] for s, runs in timings.items()},
                   "seconds_per_step": {s: [r["wall"] for r in runs] for s, runs in timings.items()},
                   "cpu_seconds_per_step": {s: [r["cpu"] for r in runs] for s, runs in timings.items()},
                   "ratios": {name: {"wall": spread(walls), "cpu": spread(cpus)}

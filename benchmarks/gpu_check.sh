@@ -24,7 +24,8 @@
 #      cache shared by its runs;
 #      in both, the Trainer.train() rows (csekit's, then SentenceTransformerTrainer's) come before the bare steps;
 #   2b. benchmarks/decoder_lora.py: a Qwen3-0.6B-shaped decoder (28 x 1024, random weights) with LoRA r 16, csekit
-#      against SentenceTransformerTrainer, bf16 (--cpu: 2 x 64);
+#      packed and padded against SentenceTransformerTrainer, bf16, batch 64 x length 64, peak GPU memory (--cpu:
+#      2 x 64);
 #   3. the device tests (tests/test_device.py: gradient caching with the device's random state, fp16 with its
 #      scaler and bf16 cached steps, packed attention on the device; CUDA-only cases of the suite), and the
 #      two-process conformance cases where the machine has 2 GPUs;
@@ -140,7 +141,7 @@ if [ "$mode" = gpu ]; then
   throughput=(--steps 100 --warmup 10 --trainer-steps 100 --methods simcse --precision bf16)
   cache=(--batch 256 --mini-batches 64 --max-length 32 --rounds 1)
   budget=(--rounds 1)
-  decoder=(--device cuda --bf16 --hidden 1024 --layers 28 --steps 20 --warmup 5 --rounds 2)
+  decoder=(--device cuda --bf16 --hidden 1024 --layers 28 --max-length 64 --steps 20 --warmup 5 --rounds 2)
   limits=(70 120 150 40 40 90)
 else
   [ -n "$data_dir" ] || { echo "gpu_check.sh: --cpu needs --data-dir (or CSEKIT_DATA_DIR)" >&2; exit 2; }
