@@ -66,7 +66,9 @@ for name in ${only//,/ }; do
             "gradient_cache, token_budget)" >&2; exit 2 ;;
   esac
 done
-[[ -z "$step_limit" || "$step_limit" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: --limit $step_limit: give seconds" >&2; exit 2; }
+[[ -z "$step_limit" || "$step_limit" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "gpu_check.sh: --limit $step_limit: give seconds" >&2; exit 2; }
+wanted() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }  # wanted STEP: run it (all, or named by --only)
 nli_file() {  # the NLI triplets of a data folder: SNLI's dev/test triplets, else SimCSE's training file
   for name in nli/snli_devtest_for_simcse.csv nli/nli_for_simcse.csv; do
     [ -f "$1/$name" ] && { echo "$name"; return; }
@@ -171,7 +173,7 @@ EOF
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to NAME.log, record the exit status
   local name=$1 seconds=${step_limit:-$2}; shift 2
-  [ -z "$only" ] || [[ ",$only," == *",$name,"* ]] || return 0
+  wanted "$name" || return 0
   local start=$SECONDS
   timeout "$seconds" "$@" > "$output/$name.log" 2>&1
   local status=$? limit=""
@@ -186,7 +188,7 @@ export TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)"
 step gpu_throughput "${limits[1]}" "$python" benchmarks/gpu_throughput.py --device "$device" --st --profile \
   --model-config "$model_config" --data-file "$wiki" --output "$output" \
   "${throughput[@]}"
-if [ -z "$only" ] || [[ ",$only," == *",gpu_throughput_compiled,"* ]]; then
+if wanted gpu_throughput_compiled; then
   mkdir -p "$output/compiled"
   step gpu_throughput_compiled "${limits[2]}" "$python" benchmarks/gpu_throughput.py --device "$device" \
     --compile --compile-modes default,reduce-overhead --st --model-config "$model_config" --data-file "$wiki" \
@@ -232,7 +234,7 @@ rm -rf "$site" "$TORCHINDUCTOR_CACHE_DIR"
   done
 } >> "$report"
 rm -f "$output"/*.json "$output/steps.txt" "$output"/profile_*.txt \
-  "$output"/{gpu_throughput,gpu_throughput_compiled,decoder_lora,gradient_cache,token_budget}.md
+  "$output"/{gpu_throughput,gpu_throughput_compiled,decoder_lora}.md "$output"/{gradient_cache,token_budget}.md
 echo "gpu_check: $report"
 grep -q "exit [^0]" "$report" && exit 1
 exit 0
