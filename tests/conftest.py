@@ -136,6 +136,8 @@ CORE_MODULES = {
     "test_docs_site": "docs/check_site.py on planted pages",
     "test_docs_browser": "docs/check_browser.py on planted pages",
     "test_benchmarks": "the benchmark scripts at tiny sizes",
+    "test_conformance_decoders": "the conformance checks again on a decoder: the library calls they reach are the "
+                                 "BERT cases' and test_decoders.py's, which run at the lower bounds",
 }
 
 
