@@ -7,8 +7,6 @@ says why. The checks run as written in ``test_conformance.py``, with its oracles
 """
 
 import pytest
-import torch
-from transformers import AutoModel, Qwen3Config
 
 from test_conformance import (  # noqa: F401 (the fixtures and tests collected here, on the decoder)
     data,
@@ -32,7 +30,7 @@ from test_conformance import (  # noqa: F401 (the fixtures and tests collected h
     test_two_processes_with_matryoshka_terms_train_what_one_process_trains,
     trained,
 )
-from test_decoders import SMALL, bpe_tokenizer
+from test_decoders import save_tiny_decoder
 
 
 def applies(method) -> bool:
@@ -49,17 +47,8 @@ def decoder_methods_only(request):
 
 @pytest.fixture(scope="module")
 def make_backbone():
-    """``(folder, dropout) -> folder``: a seeded tiny Qwen3 (attention dropout ``dropout``) and its BPE tokenizer,
-    with an end-of-sequence token and no pad token, as decoder checkpoints ship."""
-    def save(folder, dropout=0.1):
-        tokenizer = bpe_tokenizer()
-        config = Qwen3Config(**SMALL, attention_dropout=dropout, eos_token_id=tokenizer.eos_token_id,
-                             bos_token_id=tokenizer.eos_token_id)
-        torch.manual_seed(0)
-        AutoModel.from_config(config).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        return folder
-    return save
+    """``(folder, dropout) -> folder``: ``test_decoders.py``'s tiny Qwen3 with attention dropout ``dropout``."""
+    return lambda folder, dropout=0.1: save_tiny_decoder(folder, "qwen3", attention_dropout=dropout)
 
 
 @pytest.fixture(scope="module")

@@ -42,17 +42,24 @@ def bpe_tokenizer(eos=EOS) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=eos)
 
 
+def save_tiny_decoder(folder, family: str = "qwen3", **config):
+    """A tiny decoder of ``family`` (``SMALL`` and ``config``; random weights, seeded) and the BPE tokenizer, with an
+    end-of-sequence token and no pad token, as decoder checkpoints ship, saved in ``folder``."""
+    tokenizer = bpe_tokenizer()
+    model_config = AutoConfig.for_model(family, **SMALL, **config, eos_token_id=tokenizer.eos_token_id,
+                                        bos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    AutoModel.from_config(model_config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def decoders_dir(tmp_path_factory):
     """One saved tiny decoder per family: random weights (seeded), the BPE tokenizer, no pad token."""
     root = tmp_path_factory.mktemp("decoders")
     for family in DECODER_BACKBONES:
-        tokenizer = bpe_tokenizer()
-        config = AutoConfig.for_model(family, **SMALL, eos_token_id=tokenizer.eos_token_id,
-                                      bos_token_id=tokenizer.eos_token_id)
-        torch.manual_seed(0)
-        AutoModel.from_config(config).save_pretrained(root / family)
-        tokenizer.save_pretrained(root / family)
+        save_tiny_decoder(root / family, family)
     return root
 
 
