@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from datasets import Dataset
 from huggingface_hub.errors import StrictDataclassError
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 from conftest import recipe_flags, tiny_bert_config
 from csekit import cli
 from csekit.errors import DataError
+from csekit.evaluation import STSEvaluator
 from csekit.methods import METHODS
-from csekit.modeling import CLSRConfig, CMLMCSEConfig, SimCSEConfig, WhitenedCSEConfig
+from csekit.modeling import CLSRConfig, CMLMCSEConfig, SimCSEConfig, SimCSEModel, WhitenedCSEConfig
+from csekit.trainers import CSETrainingArguments, SimCSETrainer
 from csekit.trainers.trainer import require_finite_weights
 
 
@@ -50,7 +53,8 @@ def test_a_non_finite_loss_stops_the_run_before_its_update_and_keeps_the_folder(
     [line] = capsys.readouterr().err.strip().splitlines()[-1:]
     assert code == 2, line
     assert line.startswith("csekit: error: step 2: the loss or its gradient is not finite (loss nan, loss_")
-    assert line.endswith("the run stopped before this update (checkpoints and --output_dir keep only finite weights); "
+    assert line.endswith("the run stopped and saved nothing of this update (checkpoints and --output_dir keep only "
+                         "finite weights); "
                          "lower --learning_rate or check the data")
     assert contents(out) == before  # no checkpoint, no new model: every weight written is finite
 
@@ -86,3 +90,65 @@ def test_every_float_field_of_every_config_is_finite(config_class, field, value)
     """The configs' own validator: NaN passes every range check (it compares False), so a range alone lets it in."""
     with pytest.raises(StrictDataclassError, match=f"{field} must be a finite number"):
         config_class(encoder_config=tiny_bert_config(num_hidden_layers=12).to_dict(), **{field: value})
+
+
+def python_run(backbone: Path, out: Path, max_steps: int, sts_evaluator=None, **settings) -> SimCSETrainer:
+    """Unsupervised SimCSE from Python with a learning rate that blows the weights up in step 1 (step 2's loss is
+    NaN), snapshots of the weights after each step in ``trainer.snapshots``."""
+    model = SimCSEModel.from_encoder(str(backbone), pooler_type="cls")
+    args = CSETrainingArguments(output_dir=str(out), per_device_train_batch_size=8, max_steps=max_steps,
+                                learning_rate=1e12, **{"save_strategy": "no", "eval_strategy": "no",
+                                                       "load_best_model_at_end": False, **settings},
+                                report_to="none", use_cpu=True, disable_tqdm=True, seed=8)
+    sentences = [f"sentence {i} about the {['red', 'old', 'new'][i % 3]} harbour" for i in range(64)]
+    snapshots = {}
+
+    class Snapshot(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            snapshots[state.global_step] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+    trainer = SimCSETrainer(model=model, args=args, train_dataset=Dataset.from_dict({"sent0": sentences}),
+                            callbacks=[Snapshot()], sts_evaluator=sts_evaluator)
+    trainer.snapshots = snapshots
+    return trainer
+
+
+def test_the_default_fused_optimizer_skips_a_non_finite_update_on_the_device(tiny_backbone, tmp_path):
+    """transformers' default optimizer (fused AdamW) leaves the weights as they were for the non-finite update of
+    step 2 (the flag is its ``found_inf``), and the run stops at the next update, when the flag is read: the model
+    in memory is step 1's."""
+    trainer = python_run(tiny_backbone, tmp_path / "out", max_steps=4)
+    with pytest.raises(DataError, match=r"^step 2: the loss or its gradient is not finite \(loss nan"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    weights = trainer.model.state_dict()
+    assert all(torch.equal(weights[name], tensor) for name, tensor in trainer.snapshots[1].items())
+
+
+def test_a_non_finite_last_update_stops_train_and_no_save_writes_it(tiny_backbone, tmp_path):
+    """With an optimizer that cannot skip on the device (``adamw_torch``) the non-finite update of the last step
+    reaches the weights in memory: ``train()`` still raises for it (the flag is read before it returns), and a
+    caller's ``save_model`` afterwards is refused in one line, nothing written."""
+    trainer = python_run(tiny_backbone, tmp_path / "out", max_steps=2, optim="adamw_torch")
+    with pytest.raises(DataError, match=r"^step 2: the loss or its gradient is not finite"):
+        trainer.train()
+    with pytest.raises(DataError, match=r"^the final model: not written, \d+ tensor\(s\) hold NaN"):
+        trainer.save_model(str(tmp_path / "saved"))
+    assert not (tmp_path / "saved").exists()
+
+
+def test_an_evaluation_after_a_non_finite_update_is_not_run(tiny_backbone, tmp_path, data_dir):
+    """Step 2's update is not finite and step 2 evaluates: the flag is read before the evaluation, which never
+    scores (nor selects) the weights of that update."""
+    scored = []
+
+    class Recording(STSEvaluator):
+        def __call__(self, encode):
+            scored.append(1)
+            return super().__call__(encode)
+
+    trainer = python_run(tiny_backbone, tmp_path / "out", max_steps=4, eval_strategy="steps", eval_steps=2,
+                         sts_evaluator=Recording(data_dir, ["STSBenchmark"], "dev"))
+    with pytest.raises(DataError, match=r"^step 2: the loss or its gradient is not finite"):
+        trainer.train()
+    assert not scored

@@ -8,6 +8,7 @@ window): host reads through a ``TorchFunctionMode`` that sees every tensor metho
 """
 
 import contextlib
+import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,30 +26,48 @@ HOST_READS = {"item", "__bool__", "tolist", "__int__", "__float__", "__index__",
 FIRST, STEPS = 2, 4  # counted: the steps after the first FIRST, STEPS of them
 
 
+def caller_file(frame) -> str:
+    """The name of the first file outside torch on ``frame``'s stack."""
+    while frame is not None and "/torch/" in frame.f_code.co_filename:
+        frame = frame.f_back
+    return Path(frame.f_code.co_filename).name if frame is not None else "?"
+
+
 class HostReads(TorchFunctionMode):
-    """Counts the tensor methods that read a device value on the host, by the file that called them."""
+    """Counts the tensor methods that read a device value on the host, by the file that called them; and for each
+    read in ``finite.py`` (the finite check), the step whose tensor it read (``made``: every tensor that file
+    computed, by step)."""
 
     def __init__(self):
         super().__init__()
         self.counting, self.places = False, Counter()
+        self.step, self.made, self.finite_reads = 0, {}, []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if self.counting and getattr(func, "__name__", "") in HOST_READS:
-            import traceback
-
-            caller = [frame for frame in traceback.extract_stack()[:-1] if "/torch/" not in frame.filename][-1]
-            self.places[f"{Path(caller.filename).name}:{func.__name__}"] += 1
-        return func(*args, **(kwargs or {}))
+        if torch.compiler.is_compiling():  # the model's traced code: its reads are the graph's
+            return func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        caller = caller_file(sys._getframe(1))
+        if self.counting and name in HOST_READS:
+            self.places[f"{caller}:{name}"] += 1
+            if caller == "finite.py":
+                self.finite_reads.append((self.step, self.made.get(id(args[0]), (None,))[0]))
+        result = func(*args, **(kwargs or {}))
+        if caller == "finite.py" and isinstance(result, torch.Tensor):
+            self.made[id(result)] = (self.step, result)  # the tensor kept: its id is not reused
+        return result
 
 
 class Window(TrainerCallback):
-    """Turns ``counter.counting`` on for the steps after the first ``FIRST`` (``on_step_begin`` .. ``on_step_end``)."""
+    """Turns ``counter.counting`` on for the steps after the first ``FIRST`` (``on_step_begin`` .. ``on_step_end``)
+    and tells it the step."""
 
     def __init__(self, counter):
         self.counter = counter
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.counter.counting = state.global_step >= FIRST
+        self.counter.step = state.global_step
 
     def on_step_end(self, args, state, control, **kwargs):
         self.counter.counting = False
@@ -71,13 +90,17 @@ def train_counting(backbone: Path, output_dir: Path, counter, arguments=CSETrain
 
 @pytest.mark.parametrize("arguments", [CSETrainingArguments, TrainingArguments], ids=["csekit", "transformers"])
 def test_a_compiled_step_reads_the_host_once_through_trainer_train(arguments, tiny_backbone, tmp_path):
-    """Under ``--torch_compile`` a step reads one device value on the host: csekit's finite check of the update.
-    transformers' filter of non-finite logged losses (two reads a step) is off, with csekit's arguments and with a
-    caller's plain ``TrainingArguments``; the model's own reads (view lengths, attention mask) are traced away."""
+    """Under ``--torch_compile`` a step reads one value on the host: csekit's finite check, and of the update before
+    (queued then, copied to the host without waiting: by the next update the device is past it), so the read never
+    waits for the step's own backward. transformers' filter of non-finite logged losses (two reads a step) is off,
+    with csekit's arguments and with a caller's plain ``TrainingArguments``; the model's own reads (view lengths,
+    attention mask) are traced away."""
     reads = HostReads()
     train_counting(tiny_backbone, tmp_path, reads, arguments, torch_compile=True, torch_compile_backend="aot_eager")
     assert sum(reads.places.values()) <= STEPS, reads.places
-    assert set(reads.places) == {"trainer.py:__bool__"}, reads.places  # csekit's trainer, the finite check
+    assert set(reads.places) == {"finite.py:__bool__"}, reads.places  # csekit's finite check
+    assert len(reads.finite_reads) == STEPS, reads.finite_reads
+    assert all(made is not None and made < step for step, made in reads.finite_reads), reads.finite_reads
 
 
 def test_an_eager_step_reads_the_host_only_where_the_model_must(tiny_backbone, tmp_path):

@@ -53,7 +53,7 @@ from .data import check_train_dataset, load_training_dataset
 from .lora import check_lora_method
 from .multi_dataset import DatasetMix, MultiDatasetBatchSampler, use_dataset_prompts
 from .output_dir import RunFolder
-from .trainer import check_contrastable, data_identity, require_finite_weights
+from .trainer import check_contrastable, data_identity
 
 logger = logging.getLogger(__name__)
 
@@ -304,10 +304,9 @@ def build_trainer(recipe: TrainingRecipe, run: CheckedRun, model_args, data_args
 
 
 def train_run(trainer, run: CheckedRun) -> None:
-    """Stage 3: train (from ``run``'s checkpoint when it resumes); a final model with a non-finite weight stops the
-    run here, before anything is committed."""
+    """Stage 3: train (from ``run``'s checkpoint when it resumes). A non-finite update stops the run in ``train``; a
+    final model with a non-finite weight is refused by the trainer's ``save_model``, before anything is committed."""
     trainer.train(resume_from_checkpoint=run.resume)
-    require_finite_weights(trainer.model, "the final model")
 
 
 def commit_model(folder: RunFolder, main: bool, save: Callable[[Path], None], arguments: dict) -> Optional[Path]:

@@ -41,6 +41,7 @@ from ..preflight import (
 from .arguments import arguments_record, built_from, flag_settings, setup_record
 from .collators import TEXT_IDS, ContrastiveCollator, text_id
 from .data import check_rows, check_train_dataset, data_fingerprint, method_columns
+from .finite import FiniteCheck
 from .gradient_cache import GradientCache, average_gradients, unsupported_device
 from .lora import apply_lora, check_lora_method, lora_config, lora_group
 from .multi_dataset import (
@@ -274,8 +275,7 @@ class ContrastiveTrainer(Trainer):
         self._component_sums = defaultdict(float)
         self._component_count = 0
         self._checkpoint_run_dir = None
-        self._losses_finite = None  # every micro-batch loss of the current update finite (a device tensor)
-        self._update_losses = []  # the loss components of the update's micro-batches, for the message
+        self.finite_check = FiniteCheck()  # every update's losses and gradient, read without stalling (finite.py)
         self._count_sums = defaultdict(float)  # counts logged per step (masked duplicate pairs)
         self.gradient_cache = self.make_gradient_cache()
         if getattr(self.args, "duplicate_negatives", "keep") == "mask" and not getattr(self.data_collator,
@@ -417,6 +417,7 @@ class ContrastiveTrainer(Trainer):
         # change this run; a resume restores the checkpoint's random states instead
         enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
         output = super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+        self.finite_check.resolve()  # the last update's flag
         # accelerate wrapped the model's forward in --bf16/--fp16 autocast for training; the trained model encodes in
         # float32 from here on (its scores, a caller's encode), as its saved folder loads
         self.accelerator.unwrap_model(self.model, keep_fp32_wrapper=False)
@@ -618,9 +619,7 @@ class ContrastiveTrainer(Trainer):
             if name != "loss":
                 self._component_sums[name] += value.detach().float()
         self._component_count += 1
-        finite = torch.isfinite(losses["loss"].detach())  # read once per update, in _get_grad_norm
-        self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
-        self._update_losses.append({name: value.detach() for name, value in losses.items()})
+        self.finite_check.record(losses)
 
     def duplicate_mask(self, inputs: dict, hard_negatives: bool = False) -> Optional[torch.Tensor]:
         """With ``--duplicate_negatives mask``, the in-batch candidates each local anchor must not be contrasted with
@@ -640,25 +639,15 @@ class ContrastiveTrainer(Trainer):
         return mask
 
     def _get_grad_norm(self, model, grad_norm=None):
-        """The Trainer's gradient norm, read before every optimizer step, and the one place a non-finite loss or
-        gradient stops the run: before the update, so no weight ever becomes NaN. One host read per update. Under
-        fp16 the gradient scaler skips steps with overflowing gradients itself (that is its job), so only the loss
-        is checked there."""
+        """The Trainer's gradient norm, computed before every optimizer step, and where a non-finite loss or gradient
+        stops the run ([`FiniteCheck`][csekit.trainers.finite.FiniteCheck]): the update's flag is queued without a
+        host read, a fused optimizer skips a non-finite update on the device, and the flag is read at the next update
+        or before an evaluation, a checkpoint, a save or the end of training, whichever comes first. Under fp16 the
+        gradient scaler skips steps with overflowing gradients itself (that is its job), so only the loss is checked
+        there."""
         grad_norm = super()._get_grad_norm(model, grad_norm)
-        finite = self._losses_finite if self._losses_finite is not None else torch.ones((), dtype=torch.bool)
-        scaled = self.accelerator.scaler is not None
-        if grad_norm is not None and not scaled:
-            finite = finite.to(torch.as_tensor(grad_norm).device) & torch.isfinite(torch.as_tensor(grad_norm))
-        if not bool(finite):
-            bad = next((item for item in self._update_losses if not torch.isfinite(item["loss"])),
-                       self._update_losses[-1] if self._update_losses else {})
-            losses = ", ".join(f"{'loss' if name == 'loss' else 'loss_' + name} {float(value):.4g}"
-                               for name, value in bad.items())
-            raise DataError(f"step {self.state.global_step + 1}: the loss or its gradient is not finite ({losses}, "
-                            f"gradient norm {float(grad_norm) if grad_norm is not None else 'not computed'}); the run "
-                            "stopped before this update (checkpoints and --output_dir keep only finite weights); "
-                            "lower --learning_rate or check the data")
-        self._losses_finite, self._update_losses = None, []
+        self.finite_check.queue(self.state.global_step + 1, grad_norm, self.optimizer,
+                                scaled=self.accelerator.scaler is not None)
         return grad_norm
 
     def log(self, logs: dict, start_time: Optional[float] = None) -> None:
@@ -678,6 +667,7 @@ class ContrastiveTrainer(Trainer):
         super().log(logs, start_time)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        self.finite_check.resolve()  # no score of weights a non-finite update reached
         if self.sts_evaluator is None:
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         model = self.accelerator.unwrap_model(self.model)
@@ -718,6 +708,7 @@ class ContrastiveTrainer(Trainer):
         ``output_dir``: a kill inside the save leaves the complete checkpoints as they were plus a hidden folder the
         next run removes. Rotation (``save_total_limit``) runs after the rename, so it never removes the newest
         complete checkpoint, nor the best one."""
+        self.finite_check.resolve()  # the update just made, read before anything of it is written
         require_finite_weights(model, f"checkpoint-{self.state.global_step}")
         run_dir = Path(super()._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -759,8 +750,11 @@ class ContrastiveTrainer(Trainer):
         """The Trainer's save; for a training-only model
         ([`SentenceEncoderForTraining`][csekit.modeling.modeling_encoder.SentenceEncoderForTraining]) the
         final save writes its published sentence encoder, while checkpoints (``_internal_call``) keep the whole
-        training model."""
+        training model. A final save is refused in one line, nothing written, when a weight is not finite."""
         model = self.accelerator.unwrap_model(self.model)
+        if not _internal_call:
+            self.finite_check.resolve()
+            require_finite_weights(model, "the final model")
         if _internal_call:  # a checkpoint: the head stays in the weights index, which a resume reads by name
             model.saving_checkpoint = True
             try:
