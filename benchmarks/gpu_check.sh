@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu_check.sh                      # there, .whl and outputs/gpu_assets carried: results in $OUT
 #   bash benchmarks/gpu_check.sh --cpu --data-dir DATA --model-config DIR --output DIR   # the same steps on the CPU
 #   bash benchmarks/gpu_check.sh --only tests,gradient_cache --limit 90   # some steps again, each with a new limit
+#   ... --compile-backend aot_eager   # the compiled step traced and differentiated, without inductor's code generation
 #
 # --prepare downloads the wheels the GPU image lacks (datasets, dill, multiprocess; Python 3.12, manylinux) into
 # .whl and writes outputs/gpu_assets: a bert-base-shaped config + tokenizer (--model-config, default transformers'
@@ -43,6 +44,7 @@ data_dir="${CSEKIT_DATA_DIR:-}"
 model_config=""
 only=""
 step_limit=""
+compile_backend=inductor
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) mode=cpu ;;
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
     --model-config) model_config="$2"; shift ;;
     --only) only="$2"; shift ;;
     --limit) step_limit="$2"; shift ;;
+    --compile-backend) compile_backend="$2"; shift ;;
     -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -191,8 +194,8 @@ step gpu_throughput "${limits[1]}" "$python" benchmarks/gpu_throughput.py --devi
 if wanted gpu_throughput_compiled; then
   mkdir -p "$output/compiled"
   step gpu_throughput_compiled "${limits[2]}" "$python" benchmarks/gpu_throughput.py --device "$device" \
-    --compile --compile-modes default,reduce-overhead --st --model-config "$model_config" --data-file "$wiki" \
-    --output "$output/compiled" "${throughput[@]}"
+    --compile --compile-modes default,reduce-overhead --compile-backend "$compile_backend" --st \
+    --model-config "$model_config" --data-file "$wiki" --output "$output/compiled" "${throughput[@]}"
   [ -f "$output/compiled/gpu_throughput.md" ] && cp "$output/compiled/gpu_throughput.md" \
     "$output/gpu_throughput_compiled.md"
   rm -rf "$output/compiled"

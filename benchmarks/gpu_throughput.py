@@ -222,7 +222,7 @@ def st_model(folder, config, device):
     return SentenceTransformer(modules=[transformer, pooling, head], device=str(device))
 
 
-def st_run(folder, config, device, precision, compiled, feature_batches) -> Run:
+def st_run(folder, config, device, precision, compiled, feature_batches, backend="inductor") -> Run:
     """sentence-transformers' MNRL on the same encoder weights, head shape, sentences and optimizer as SimCSE."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
@@ -240,7 +240,7 @@ def st_run(folder, config, device, precision, compiled, feature_batches) -> Run:
         return {f"{column}.{key}": value for column in columns for key, value in preprocess(texts).items()}
 
     batches, collate_seconds = collate_all(collator, feature_batches, device)
-    compiled_model = torch.compile(model, mode=compiled) if compiled else model
+    compiled_model = compile_model(model, compiled, backend) if compiled else model
 
     def forward_loss(batch, forward):
         loss_fn.model = forward
@@ -457,6 +457,9 @@ def main(argv=None):
     parser.add_argument("--compile", action="store_true", help="Time every run with torch.compile(model) instead.")
     parser.add_argument("--compile-modes", default="default", help="Comma-separated torch.compile modes of the "
                         "compiled bare runs (default, reduce-overhead: CUDA graphs, max-autotune...).")
+    parser.add_argument("--compile-backend", default="inductor", help="The torch.compile backend of every compiled "
+                        "run (aot_eager: traced and differentiated as inductor's input, without code generation; "
+                        "takes no mode). Default: %(default)s.")
     parser.add_argument("--st", action="store_true", help="Also time sentence-transformers' MNRL on the same work.")
     parser.add_argument("--trainer-steps", type=int, default=0, help="Also time N steps of the real Trainer.train() "
                         "(SimCSE; with --st also SentenceTransformerTrainer; with --compile also --torch_compile).")
@@ -510,7 +513,7 @@ def new_record(args, argv, device, precision) -> dict:
         "command": command, "device": device_description(device), "device_type": device.type, "precision": precision,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__}, "size": args.size,
         "batch_size": BATCH, "max_length": MAX_LENGTH, "steps": args.steps, "warmup": args.warmup,
-        "compile": args.compile, "peak": {
+        "compile": args.compile, "compile_backend": args.compile_backend, "peak": {
             "datasheet_tflops": peak, "measured_matmul_tflops": matmul_rate, "matmul_size": matmul_size,
             "source": "--peak-tflops" if args.peak_tflops else ("datasheet, dense bf16" if peak else "unknown")},
         "wiki1m_steps": WIKI1M_STEPS, "results": [], "trainer": [], "errors": [],
@@ -533,21 +536,24 @@ def timing_jobs(args, record, folder, config, inputs, output_dir) -> list:
     peak, matmul_rate = record["peak"]["datasheet_tflops"], record["peak"]["measured_matmul_tflops"]
 
     def bare_steps(key, padding_free=None, mode=None):
-        run = (st_run(folder, config, device, precision, mode, feature_batches) if key == "st" else
-               csekit_run(key, folder, args.size, device, precision, mode, feature_batches, padding_free))
+        run = (st_run(folder, config, device, precision, mode, feature_batches, args.compile_backend) if key == "st"
+               else csekit_run(key, folder, args.size, device, precision, mode, feature_batches, padding_free,
+                               args.compile_backend))
         return {**step_result(key, run, args, device, peak, matmul_rate, output_dir), "padding_free": padding_free}
 
     modes = [m.strip() for m in args.compile_modes.split(",")] if args.compile else [None]
     jobs = []  # the headline rows first (Trainer.train(), csekit's then sentence-transformers'), the bare steps after
     if args.trainer_steps:
         steps, warmup, bf16 = args.trainer_steps, trainer_warmup(args), precision == "bf16"
+        backend = ["--torch_compile_backend", args.compile_backend] if args.compile else []
         jobs += [(f"SimCSE, Trainer.train() {name}", lambda flags=flags: csekit_trainer_run(
-            folder, data_file, steps, warmup, device, bf16, flags))
+            folder, data_file, steps, warmup, device, bf16, flags + backend))
             for name, flags in (COMPILED_TRAINER_VARIANTS if args.compile else TRAINER_VARIANTS)]
         if args.st:  # before the last variant, the packed one (the default layout on a GPU is padded)
             name = f"sentence-transformers, SentenceTransformerTrainer{' torch_compile' * args.compile}"
             jobs.insert(len(jobs) - 1, (name, lambda: st_trainer_run(
-                lambda: st_model(folder, config, device), sentences, steps, warmup, device, bf16, args.compile)))
+                lambda: st_model(folder, config, device), sentences, steps, warmup, device, bf16, args.compile,
+                compile_backend=args.compile_backend)))
     jobs += [(f"{NAMES[key]} {'packed' if packed else 'padded'}", lambda key=key, packed=packed, mode=mode:
               bare_steps(key, packed, mode)) for mode in modes for key in methods
              for packed in ((True, False) if mode is None else (False, True) if mode == "default" else (False,))]

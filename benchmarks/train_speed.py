@@ -125,7 +125,7 @@ def csekit_trainer_run(model_path, train_file, steps, warmup, device, bf16=False
 
 
 def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, torch_compile=False, columns=None,
-                   variant="plain"):
+                   variant="plain", compile_backend="inductor"):
     """``SentenceTransformerTrainer`` with MNRL (scale 1/tau) for ``steps`` steps; ``{"wall", "cpu"}`` s per step.
     ``columns`` (``{"anchor": [...], "positive": [...], "negative": [...]}``) replaces the unsupervised pairs of
     ``sentences``."""
@@ -138,7 +138,7 @@ def st_trainer_run(make_model, sentences, steps, warmup, device, bf16=False, tor
             output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-5, seed=0,
             logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none",
             use_cpu=device.type == "cpu", bf16=bf16, dataloader_drop_last=True, disable_tqdm=True,
-            torch_compile=torch_compile,
+            torch_compile=torch_compile, **({"torch_compile_backend": compile_backend} if torch_compile else {}),
         )
         SentenceTransformerTrainer(
             model=model, args=args,
