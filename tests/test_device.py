@@ -117,3 +117,31 @@ def test_packed_attention_on_the_device_is_the_padded_attention(tokenizer, tmp_p
         with torch.autocast(device.type, dtype=torch.bfloat16):
             half = model.pool_packed(row, lengths).float()
     assert (half - reference).abs().max() <= 0.05 * reference.abs().max()
+
+
+def test_the_finite_check_skips_a_non_finite_update_on_the_device_and_reads_its_flag_an_update_later():
+    """A fused AdamW on the device skips the update whose loss is NaN (the check's ``found_inf``), the update's flag
+    reaches the host as a pinned copy queued behind the step (on CUDA), and reading it stops the run naming the
+    step; the finite update before it was applied."""
+    from csekit.errors import DataError
+    from csekit.trainers.finite import FiniteCheck
+
+    weight = torch.nn.Parameter(torch.ones(3, device=DEVICE))
+    optimizer = torch.optim.AdamW([weight], lr=0.1, fused=True)
+    check, before = FiniteCheck(), weight.detach().clone()
+    for number, scale in ((1, 1.0), (2, float("nan"))):
+        before = weight.detach().clone()
+        loss = (weight * scale).sum()
+        loss.backward()
+        check.record({"loss": loss})
+        check.queue(number, torch.nn.utils.clip_grad_norm_([weight], float("inf")), optimizer, scaled=False)
+        assert check.pending.flag.device.type == "cpu"
+        if weight.device.type == "cuda":
+            assert check.pending.flag.is_pinned() and check.pending.copied is not None
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if number == 1:
+            assert not torch.equal(weight.detach(), before)  # the finite update applied
+    assert torch.equal(weight.detach(), before)  # the NaN one skipped on the device
+    with pytest.raises(DataError, match=r"^step 2: the loss or its gradient is not finite \(loss nan"):
+        check.resolve()

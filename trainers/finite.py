@@ -81,7 +81,7 @@ class FiniteCheck:
             finite = finite.to(norm.device) & torch.isfinite(norm)
         target = device_skip_target(optimizer)
         if target is not None and not scaled:
-            target.found_inf = (~finite).float()
+            target.found_inf = (~finite).float()  # 0-d, as GradScaler gives it
         self.pending = PendingUpdate(step, *host_copy(finite), self.losses, grad_norm)
         self.losses_finite, self.losses = None, []
 
