@@ -1,5 +1,6 @@
 """Finite or refused: a setting that is NaN or infinite never starts a run, a non-finite loss or gradient stops it
-before the update it would spoil, and no non-finite weight is ever written.
+(its update skipped on the device by the fused optimizer, its flag read at the next update or before a checkpoint,
+an evaluation, a save or the end of training), and no non-finite weight is ever written.
 
 The oracle is the user's view: the exit status, the one line on stderr, and the bytes of the model already in the
 output folder (which must not change). The settings' rows (flags, YAML, a model folder's config.json) are in
@@ -42,9 +43,9 @@ def train(method: str, backbone: Path, corpus: Path, out: Path, *extra) -> list:
                                     if issubclass(method.trainer_class, Trainer)])
 def test_a_non_finite_loss_stops_the_run_before_its_update_and_keeps_the_folder(method, tiny_backbone, corpus,
                                                                                tmp_path, capsys):
-    """A learning rate that blows the weights up in step 1 makes step 2's loss NaN: the run stops at step 2, before
-    its update and its checkpoint, names the step and the loss components, and the folder (the model already there)
-    stays byte-identical."""
+    """A learning rate that blows the weights up in step 1 makes step 2's loss NaN: the update is skipped on the
+    device, its flag is read before step 2's checkpoint, and the run stops there naming the step and the loss
+    components; the folder (the model already there) stays byte-identical."""
     out = tmp_path / "out"
     assert cli.main(train(method, tiny_backbone, corpus, out, "--save_strategy", "no", "--max_steps", "1")) == 0
     before = contents(out)
