@@ -752,15 +752,14 @@ class ContrastiveTrainer(Trainer):
         final save writes its published sentence encoder, while checkpoints (``_internal_call``) keep the whole
         training model. A final save is refused in one line, nothing written, when a weight is not finite."""
         model = self.accelerator.unwrap_model(self.model)
-        if not _internal_call:
-            self.finite_check.resolve()
-            require_finite_weights(model, "the final model")
         if _internal_call:  # a checkpoint: the head stays in the weights index, which a resume reads by name
             model.saving_checkpoint = True
             try:
                 return super().save_model(output_dir, _internal_call)
             finally:
                 model.saving_checkpoint = False
+        self.finite_check.resolve()
+        require_finite_weights(model, "the final model")
         if not isinstance(model, SentenceEncoderForTraining):
             return super().save_model(output_dir, _internal_call)
         if self.args.should_save:
