@@ -113,11 +113,13 @@ def real_bert_tokenizer() -> Path:
 
 
 BOUNDARY_MARKER = "boundary"
+CORE_MARKER = "core"
 # The tiers (tests/README.md "Tiers"). The lower-bounds pass changes the libraries csekit calls, not csekit and not
 # torch (pinned alike in both passes), so it runs the tests marked `boundary`: those that reach a library's API
 # (Trainer hooks, save_pretrained/from_pretrained, sentence-transformers loading, accelerate launch, datasets, the Hub,
 # mteb, onnx, scikit-learn, argument parsing, the installed package). Every module is `boundary` unless it is named
-# here with the reason it is not; a test of one of these modules that does reach a library carries the mark itself.
+# here with the reason it is not; a test of one of these modules that does reach a library carries the mark itself,
+# and a test of another module that reaches none (csekit's own files, locks or doors) carries `core`, with its reason.
 # A method's own module is core for the reason `lower_bounds_case` gives: its library calls go through the shared code
 # that the conformance suite's cases of one Trainer-based method and of CLSR run at the lower bounds.
 CORE_MODULES = {
@@ -146,6 +148,8 @@ def pytest_configure(config):
                             "(uses the real_data_dir fixture; skipped without a real data folder)")
     config.addinivalue_line("markers", f"{BOUNDARY_MARKER}: reaches a library's API, so it runs in the lower-bounds "
                             "pass too (every module but conftest.CORE_MODULES)")
+    config.addinivalue_line("markers", f"{CORE_MARKER}(reason): reaches no library's API, so it runs in the newest "
+                            "versions' pass only, though its module is `boundary`")
 
 
 # the lower-bounds pass of .ci/run (tests/run.sh with CSEKIT_CONSTRAINTS=tests/constraints-min.txt); CSEKIT_EVERY_CASE=1
@@ -195,13 +199,13 @@ def runs_at_the_lower_bounds(item) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """The one marker follows the one fixture, so ``-m real_data`` selects exactly the tests that read real data, and
-    ``-m boundary`` the tests of every module but `CORE_MODULES`. In the lower-bounds pass, the tests
-    [`runs_at_the_lower_bounds`] leaves out and the cases [`lower_bounds_case`] leaves out are deselected (and
-    counted in the summary)."""
+    ``-m boundary`` the tests of every module but `CORE_MODULES`, less those marked `core`. In the lower-bounds pass,
+    the tests [`runs_at_the_lower_bounds`] leaves out and the cases [`lower_bounds_case`] leaves out are deselected
+    (and counted in the summary)."""
     for item in items:
         if "real_data_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(REAL_DATA_MARKER)
-        if item.module.__name__ not in CORE_MODULES:
+        if item.module.__name__ not in CORE_MODULES and not item.get_closest_marker(CORE_MARKER):
             item.add_marker(BOUNDARY_MARKER)
     config.stash[COLLECTED] = len(items)
     if LOWER_BOUNDS:

@@ -6,7 +6,6 @@ below. An answer is the whole stderr line (transformers' "Loading weights" progr
 text (a path, a library's own words).
 """
 
-import hashlib
 import json
 import os
 import re
@@ -694,8 +693,13 @@ def copy_folder(source: Path, destination: Path) -> None:
 
 
 def snapshot(folder: Path) -> dict:
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-            for path in sorted(folder.rglob("*"))}
+    """Every path under ``folder`` with, for a file, its inode, size and modification time: a write, a replacement
+    (a new inode) or a new file changes it, and reading the stat alone keeps a row's check cheap."""
+    def state(path: Path):
+        status = path.lstat()
+        return (status.st_ino, status.st_size, status.st_mtime_ns) if path.is_file() else None
+
+    return {str(path.relative_to(folder)): state(path) for path in sorted(folder.rglob("*"))}
 
 
 PROGRESS_BAR = re.compile(r".*\| *\d+/\d+ \[.*\]|\s*")  # tqdm: "Loading weights: 100%|███| 37/37 [00:00<00:00, ..]"

@@ -140,6 +140,7 @@ def test_recipe_reports_bad_input_in_one_line_and_writes_nothing(tmp_path, setup
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.core("csekit's main_guard")
 def test_the_recipe_script_exits_2_with_the_one_line(tmp_path):
     """``python recipes/simcse.py`` as a process: the same line, exit status 2 (``main_guard``)."""
     write(tmp_path / "c.txt", b"ok\n\xfe\n")

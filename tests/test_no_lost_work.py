@@ -110,6 +110,7 @@ def test_resume_last_skips_incomplete_checkpoints_and_says_so(tmp_path, caplog):
 
 
 # ------------------------------------------------------------------------------------------------ one run per folder
+@pytest.mark.core("csekit's folder lock")
 def test_second_run_into_a_held_folder_is_refused_and_the_first_finishes_intact(tiny_backbone, corpus, tmp_path,
                                                                                 capsys):
     out = tmp_path / "out"

@@ -41,6 +41,7 @@ def csekit_modules() -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ the namespace
+@pytest.mark.core("setup.cfg's text")
 def test_setup_installs_one_namespace_over_the_design_card_folders():
     config = configparser.ConfigParser()
     config.read(REPO_ROOT / "setup.cfg")
@@ -51,6 +52,7 @@ def test_setup_installs_one_namespace_over_the_design_card_folders():
     assert config["options.entry_points"]["console_scripts"].strip() == "csekit = csekit.cli:main"
 
 
+@pytest.mark.core("the checkout's links and sys.path")
 def test_the_checkouts_csekit_folder_is_the_whole_package():
     """csekit/modeling, csekit/trainers, ... link the design card's folders, so the checkout on sys.path (pytest's
     ``pythonpath = .``, an editor) resolves ``csekit.modeling`` to the same files a plain install holds."""
@@ -237,6 +239,7 @@ def module_imports(name: str, path: Path) -> set:
     return found
 
 
+@pytest.mark.core("csekit's own imports, read from its source")
 def test_no_import_cycle_and_layers_point_one_way():
     modules = csekit_modules()
     graph = {name: {m for m in module_imports(name, path) if m in modules and m != name}
@@ -298,6 +301,7 @@ def flags(help_text: str) -> set:
     return set(re.findall(r"--(\w+)", help_text))
 
 
+@pytest.mark.core("three doors to one parser give one flag set")
 def test_recipes_run_from_the_checkout_the_package_and_the_cli(tmp_path):
     commands = {}
     for method in ("simcse", "clsr"):
@@ -435,6 +439,7 @@ IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface_hub": 
 PINNED_TRANSITIVE = {"tokenizers"}
 
 
+@pytest.mark.core("setup.cfg against csekit's source")
 def test_every_declared_dependency_is_used_or_dropped_with_a_reason():
     config = configparser.ConfigParser()
     config.read(REPO_ROOT / "setup.cfg")
@@ -475,6 +480,7 @@ def read_pins(name: str) -> dict:
     return pins
 
 
+@pytest.mark.core("setup.cfg against the constraint files")
 def test_dependencies_are_ranges_tested_at_both_ends():
     """setup.cfg: a lower bound and the next major above the newest tested release as the upper bound, for every
     library; tests/constraints.txt pins the newest versions tested, tests/constraints-min.txt exactly the lower
@@ -509,6 +515,7 @@ def test_installed_next_to_sentence_transformers_and_mteb_pip_check_is_clean():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.core("the Dockerfile's text")
 def test_dockerfile_builds_cpu_by_default_and_cuda_by_one_argument():
     dockerfile = (REPO_ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu$", dockerfile, re.M)
@@ -518,6 +525,7 @@ def test_dockerfile_builds_cpu_by_default_and_cuda_by_one_argument():
     assert "docker build -t csekit ." in readme and "--build-arg TORCH_INDEX=" in readme
 
 
+@pytest.mark.core("csekit's own imports")
 def test_no_import_loop_between_csekits_modules():
     """No two csekit modules import each other, directly or through others, at module level or inside a function
     (an import inside a function is still a dependency a reader and a tool must follow): the import graph of every

@@ -92,8 +92,9 @@ def test_the_lower_bounds_pass_keeps_each_test_once_per_kind_of_training_loop():
 
 
 def test_the_lower_bounds_pass_runs_the_boundary_and_real_data_tests(monkeypatch):
-    """The tiers (``conftest.CORE_MODULES``): a test of any module not named there is ``boundary``; the lower-bounds
-    pass keeps the ``boundary`` tests, a core module's test only with the mark it carries itself or with real data."""
+    """The tiers (``conftest.CORE_MODULES``): a test of any module not named there is ``boundary`` unless it carries
+    ``core``; the lower-bounds pass keeps the ``boundary`` tests, a core module's test only with the mark it carries
+    itself or with real data."""
     from types import SimpleNamespace
 
     import conftest
@@ -111,13 +112,13 @@ def test_the_lower_bounds_pass_runs_the_boundary_and_real_data_tests(monkeypatch
 
     core = next(iter(conftest.CORE_MODULES))
     cases = {"boundary module": Case("test_onnx"), "core": Case(core), "marked": Case(core, ["boundary"]),
-             "real data": Case(core, fixtures=("real_data_dir",))}
+             "real data": Case(core, fixtures=("real_data_dir",)), "marked core": Case("test_onnx", ["core"])}
     items, deselected = list(cases.values()), []
     config = SimpleNamespace(stash={}, hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
     monkeypatch.setattr(conftest, "LOWER_BOUNDS", True)
     monkeypatch.setenv("CSEKIT_EVERY_CASE", "0")  # the hook sets it for the pytests a test starts; restored after
     conftest.pytest_collection_modifyitems(config, items)
-    assert deselected == [cases["core"]] and "boundary" in cases["boundary module"].marks
+    assert deselected == [cases["core"], cases["marked core"]] and "boundary" in cases["boundary module"].marks
     assert set(conftest.CORE_MODULES) <= {path.stem for path in Path(__file__).parent.glob("test_*.py")}
 
 
