@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import socket
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -697,7 +698,7 @@ def snapshot(folder: Path) -> dict:
     (a new inode) or a new file changes it, and reading the stat alone keeps a row's check cheap."""
     def state(path: Path):
         status = path.lstat()
-        return (status.st_ino, status.st_size, status.st_mtime_ns) if path.is_file() else None
+        return (status.st_ino, status.st_size, status.st_mtime_ns) if stat.S_ISREG(status.st_mode) else None
 
     return {str(path.relative_to(folder)): state(path) for path in sorted(folder.rglob("*"))}
 
