@@ -183,10 +183,15 @@ def collate_all(collator, feature_batches, device):
 def csekit_run(method, folder, size, device, precision, compiled, feature_batches, padding_free=True,
                backend="inductor") -> Run:
     """``method`` built by its recipe and stepped as its recipe's trainer steps it, on packed or padded batches;
-    ``compiled``: a ``torch.compile`` mode (``None``: eager), with ``backend``."""
+    ``compiled``: a ``torch.compile`` mode (``None``: eager), with ``backend``. Compiled, the step is the trainer's
+    under ``--torch_compile true --torch_compile_backend BACKEND --torch_compile_mode MODE``: its forward and losses
+    compiled as one function with that backend and mode (a model compiled on its own inside it would be inlined,
+    its own backend and mode unused)."""
     recipe = importlib.import_module(RECIPES[method]).RECIPE
     flags = recipe_flags(folder, WIKI1M_STEPS, device) + (TINY_FLAGS.get(method, []) if size == "tiny" else [])
-    flags += ["--padding_free", str(padding_free).lower()] + (["--torch_compile", "true"] if compiled else [])
+    flags += ["--padding_free", str(padding_free).lower()]
+    if compiled:
+        flags += ["--torch_compile", "true", "--torch_compile_backend", backend, "--torch_compile_mode", compiled]
     model_args, data_args, training_args, extra = recipe.parse(flags)
     torch.manual_seed(0)
     model = recipe.build_model(folder, model_args)
@@ -197,9 +202,11 @@ def csekit_run(method, folder, size, device, precision, compiled, feature_batche
     trainer.create_optimizer_and_scheduler(num_training_steps=WIKI1M_STEPS)
     model = trainer.model.train()
     batches, collate_seconds = collate_all(collator, [[{"sent0": s} for s in f] for f in feature_batches], device)
-    steps = [trainer_step(lambda batch, forward=forward: trainer.compute_loss(forward, batch), model,
-                          trainer.optimizer, trainer.lr_scheduler, training_args.max_grad_norm, device, precision)
-             for forward in (compile_model(model, compiled, backend) if compiled else model, model)]
+    # the step as the trainer takes it (compiled under --torch_compile), then eager (FLOPs are counted on it)
+    steps = [trainer_step(forward_loss, model, trainer.optimizer, trainer.lr_scheduler, training_args.max_grad_norm,
+                          device, precision)
+             for forward_loss in (lambda batch: trainer.compute_loss(model, batch),
+                                  lambda batch: trainer.forward_losses(model, batch)[1]["loss"])]
     formula = simcse_formula_flops(model, batches[0]) if method == "simcse" else None
     name = f"{NAMES[method]} {'packed' if padding_free else 'padded'}" + compiled_label(compiled)
     return Run(name, *steps, batches, collate_seconds, formula,

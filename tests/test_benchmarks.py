@@ -81,6 +81,38 @@ def test_gpu_throughput_runs_on_cpu_and_reports_every_field(gpu_throughput, mini
     assert record["target"]["run"] and record["target"]["met"] == (record["target"]["epoch_seconds"] <= 300)
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_compiled_bare_step_is_the_trainers_step_compiled_with_the_named_backend_and_mode(
+        gpu_throughput, minilm_path, data_dir, tmp_path, monkeypatch, mode):
+    """A compiled bare row compiles the recipe trainer's step (its forward and losses, one function) with
+    ``--compile-backend`` and the row's mode, as ``--torch_compile_backend`` / ``--torch_compile_mode`` do through
+    ``Trainer.train()``: each graph of the step reaches the named backend (``aot_eager`` here, recorded) with that
+    mode (none for ``default``), and inductor compiles nothing."""
+    from torch._dynamo.backends import registry
+
+    aot_eager, compiles = registry.lookup_backend("aot_eager"), []
+
+    def recording(graph, example_inputs, **kwargs):
+        compiles.append(kwargs)
+        return aot_eager(graph, example_inputs)
+
+    monkeypatch.setitem(registry._COMPILER_FNS, "aot_eager", recording)
+    folder = tmp_path / "encoder"
+    gpu_throughput.save_random_encoder(minilm_path, "tiny", folder)
+    sentences = read_sentences(data_dir / "wiki" / "wiki1m_for_simcse.txt")[:16]
+    torch._dynamo.reset()
+    inductor = torch._dynamo.utils.counters["inductor"].copy()
+    try:
+        run = gpu_throughput.csekit_run("simcse", str(folder), "tiny", torch.device("cpu"), "fp32", mode,
+                                        [sentences], padding_free=False, backend="aot_eager")
+        run.step(run.batches[0])
+    finally:
+        torch._dynamo.reset()
+    assert compiles, "the step never reached the named backend"
+    assert all(kwargs == ({} if mode == "default" else {"mode": mode}) for kwargs in compiles), compiles
+    assert torch._dynamo.utils.counters["inductor"] == inductor
+
+
 def test_gpu_throughput_rejects_an_unknown_method_in_one_line(gpu_throughput, minilm_path, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         gpu_throughput.main(["--device", "cpu", "--size", "tiny", "--steps", "1", "--warmup", "0", "--methods",
