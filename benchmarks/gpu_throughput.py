@@ -16,10 +16,11 @@ Trainer builds (``create_optimizer_and_scheduler``: fused AdamW, linear decay), 
 by the recipe's collator beforehand and are already on the device; collation is timed on its own (ms per batch),
 since the Trainer runs it in its main process (``dataloader_num_workers=0``). Timing: CUDA events between steps and
 one synchronisation at the end; the ``--warmup`` steps and the first step at every new input shape (so
-torch.compile's compilations) are untimed. ``--compile`` times ``torch.compile(model)`` instead of the eager model
-(what ``--torch_compile true`` makes the Trainer do). ``--st``: sentence-transformers' ``MultipleNegativesRankingLoss``
-(scale 1/0.05) on the same encoder weights with CLS pooling and a Linear+tanh head (SimCSE's training model), the
-same sentences and the same optimizer.
+torch.compile's compilations) are untimed. ``--compile`` times the step the recipe's trainer takes under
+``--torch_compile true`` with ``--compile-backend`` and each mode (its forward and losses compiled as one function;
+sentence-transformers': ``torch.compile(model)``) instead of the eager one. ``--st``: sentence-transformers'
+``MultipleNegativesRankingLoss`` (scale 1/0.05) on the same encoder weights with CLS pooling and a Linear+tanh head
+(SimCSE's training model), the same sentences and the same optimizer.
 
 Every csekit method runs twice: on packed batches (``--padding_free true``, the recipes' CPU default: the layers run
 on real tokens only) and on padded ones (``--padding_free false``, the GPU default); compiled, padded per
