@@ -203,15 +203,16 @@ def csekit_run(method, folder, size, device, precision, compiled, feature_batche
     trainer.create_optimizer_and_scheduler(num_training_steps=WIKI1M_STEPS)
     model = trainer.model.train()
     batches, collate_seconds = collate_all(collator, [[{"sent0": s} for s in f] for f in feature_batches], device)
+    def eager_loss(batch):
+        return trainer.forward_losses(model, batch)[1]["loss"]
+
     # the step as the trainer takes it (compiled under --torch_compile), then eager (FLOPs are counted on it)
     steps = [trainer_step(forward_loss, model, trainer.optimizer, trainer.lr_scheduler, training_args.max_grad_norm,
                           device, precision)
-             for forward_loss in (lambda batch: trainer.compute_loss(model, batch),
-                                  lambda batch: trainer.forward_losses(model, batch)[1]["loss"])]
+             for forward_loss in (lambda batch: trainer.compute_loss(model, batch), eager_loss)]
     formula = simcse_formula_flops(model, batches[0]) if method == "simcse" else None
     name = f"{NAMES[method]} {'packed' if padding_free else 'padded'}" + compiled_label(compiled)
-    return Run(name, *steps, batches, collate_seconds, formula,
-               lambda batch: trainer.forward_losses(model, batch)[1]["loss"])
+    return Run(name, *steps, batches, collate_seconds, formula, eager_loss)
 
 
 def compile_model(model, mode: str, backend: str):
