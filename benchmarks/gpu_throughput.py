@@ -184,15 +184,16 @@ def collate_all(collator, feature_batches, device):
 def csekit_run(method, folder, size, device, precision, compiled, feature_batches, padding_free=True,
                backend="inductor") -> Run:
     """``method`` built by its recipe and stepped as its recipe's trainer steps it, on packed or padded batches;
-    ``compiled``: a ``torch.compile`` mode (``None``: eager), with ``backend``. Compiled, the step is the trainer's
-    under ``--torch_compile true --torch_compile_backend BACKEND --torch_compile_mode MODE``: its forward and losses
-    compiled as one function with that backend and mode (a model compiled on its own inside it would be inlined,
-    its own backend and mode unused)."""
+    ``compiled``: a ``torch.compile`` mode (``None``: eager), with ``backend`` (a backend's name, or a backend
+    function: ``step_ops.py``'s counter). Compiled, the step is the trainer's under ``--torch_compile true
+    --torch_compile_backend BACKEND --torch_compile_mode MODE``: its forward and losses compiled as one function with
+    that backend and mode (a model compiled on its own inside it would be inlined, its own backend and mode unused)."""
     recipe = importlib.import_module(RECIPES[method]).RECIPE
     flags = recipe_flags(folder, WIKI1M_STEPS, device) + (TINY_FLAGS.get(method, []) if size == "tiny" else [])
     flags += ["--padding_free", str(padding_free).lower()]
     if compiled:
-        flags += ["--torch_compile", "true", "--torch_compile_backend", backend, "--torch_compile_mode", compiled]
+        flags += ["--torch_compile", "true", "--torch_compile_mode", compiled]
+        flags += ["--torch_compile_backend", backend] if isinstance(backend, str) else []
     model_args, data_args, training_args, extra = recipe.parse(flags)
     torch.manual_seed(0)
     model = recipe.build_model(folder, model_args)
@@ -200,19 +201,24 @@ def csekit_run(method, folder, size, device, precision, compiled, feature_batche
     model.tokenizer = tokenizer
     collator = recipe.collator(tokenizer, model, data_args, extra)
     trainer = recipe.trainer_class(model=model, args=training_args, data_collator=collator, processing_class=tokenizer)
+    if compiled and not isinstance(backend, str):  # a function is no flag: the step's compile (not the trainer's
+        trainer.args.torch_compile_backend = backend  # accelerator, which takes names) gets it as it is
     trainer.create_optimizer_and_scheduler(num_training_steps=WIKI1M_STEPS)
     model = trainer.model.train()
     batches, collate_seconds = collate_all(collator, [[{"sent0": s} for s in f] for f in feature_batches], device)
-    def eager_loss(batch):
-        return trainer.forward_losses(model, batch)[1]["loss"]
+    def eager_loss(batch):  # compute_loss with the step function eager: forward and losses, their running record
+        losses = trainer.forward_losses(model, batch)[1]
+        trainer.record_losses(losses)
+        return losses["loss"]
 
-    # the step as the trainer takes it (compiled under --torch_compile), then eager (FLOPs are counted on it)
+    # the step as the trainer takes it (compiled under --torch_compile), then eager (FLOPs and ops are counted on it)
     steps = [trainer_step(forward_loss, model, trainer.optimizer, trainer.lr_scheduler, training_args.max_grad_norm,
                           device, precision)
              for forward_loss in (lambda batch: trainer.compute_loss(model, batch), eager_loss)]
     formula = simcse_formula_flops(model, batches[0]) if method == "simcse" else None
     name = f"{NAMES[method]} {'packed' if padding_free else 'padded'}" + compiled_label(compiled)
-    return Run(name, *steps, batches, collate_seconds, formula, eager_loss)
+    return Run(name, *steps, batches, collate_seconds, formula,
+               lambda batch: trainer.forward_losses(model, batch)[1]["loss"])
 
 
 def compile_model(model, mode: str, backend: str):

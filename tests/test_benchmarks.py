@@ -113,6 +113,28 @@ def test_a_compiled_bare_step_is_the_trainers_step_compiled_with_the_named_backe
     assert torch._dynamo.utils.counters["inductor"] == inductor
 
 
+def test_step_ops_counts_the_trainers_compiled_step_inside_its_graphs(gpu_throughput, minilm_path, data_dir,
+                                                                        tmp_path):
+    """``step_ops.py``'s compiled rows: its counting backend (a function, not a name) is the one the trainer's
+    compiled step runs, so the ops counted inside the graphs are the step's, and none of them reads the host."""
+    import step_ops
+
+    folder = tmp_path / "encoder"
+    gpu_throughput.save_random_encoder(minilm_path, "tiny", folder)
+    sentences = read_sentences(data_dir / "wiki" / "wiki1m_for_simcse.txt")[:16]
+    graph_counter = step_ops.OpCounter()
+    torch._dynamo.reset()
+    try:
+        run = gpu_throughput.csekit_run("simcse", str(folder), "tiny", torch.device("cpu"), "fp32", "default",
+                                        [sentences] * 2, padding_free=False,
+                                        backend=step_ops.counting_backend(graph_counter))
+        row = step_ops.counted(run, run.batches, graph_counter)
+    finally:
+        torch._dynamo.reset()
+    assert graph_counter.ops > 0 and graph_counter.host_reads == 0  # the graphs ran, op by op, under the counter
+    assert row["aten_ops"] > graph_counter.ops / 2 and row["host_reads"] == 0
+
+
 def test_gpu_throughput_rejects_an_unknown_method_in_one_line(gpu_throughput, minilm_path, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         gpu_throughput.main(["--device", "cpu", "--size", "tiny", "--steps", "1", "--warmup", "0", "--methods",
