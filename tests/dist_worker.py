@@ -18,6 +18,7 @@ raises a ``DataError`` records the message. Every process then leaves with ``os.
 """
 
 import dataclasses
+import gc
 import importlib
 import json
 import os
@@ -111,6 +112,10 @@ def run_cached(method: str, argv: list, record: Record) -> None:
 
 
 def main(jobs_path: str) -> None:
+    # the imports live as long as the process: frozen, each job's Trainer.train() ends with a gc.collect() that skips
+    # them (tests/conftest.py pytest_collection_finish)
+    gc.collect()
+    gc.freeze()
     for job in json.loads(Path(jobs_path).read_text()):
         importlib.import_module(job["recipe"])  # a method registered outside csekit registers on import
         record, error = Record(), None

