@@ -23,17 +23,22 @@ def pytest_command() -> list:
             "sys.exit(pytest.console_main())"]
 
 
+def collected_the_whole_suite(config) -> bool:
+    """This session collected the whole suite: no path, ``-k`` or ``-m``."""
+    option = config.option
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not option.keyword and not option.markexpr
+
+
 def whole_suite_count(config):
     """``(how this session was started, the number it collected)`` when that number is what a fresh ``--collect-only``
-    of the same kind would print: the whole suite (no path, ``-k`` or ``-m``) from the root, with no ``PYTHONPATH``;
-    else ``None``."""
+    of the same kind would print: the whole suite from the root, with no ``PYTHONPATH``; else ``None``."""
     from conftest import COLLECTED, started_as
 
-    option = config.option
-    if (started_as(config) is None or config.args_source != pytest.Config.ArgsSource.TESTPATHS or option.keyword
-            or option.markexpr or Path(config.invocation_params.dir) != REPO_ROOT or "PYTHONPATH" in os.environ):
+    way = started_as(config)
+    if (way is None or not collected_the_whole_suite(config) or Path(config.invocation_params.dir) != REPO_ROOT
+            or "PYTHONPATH" in os.environ):
         return None
-    return started_as(config), config.stash[COLLECTED]
+    return way, config.stash[COLLECTED]
 
 
 def test_pytest_and_python_m_pytest_collect_the_same_suite_from_the_root(request):
@@ -143,8 +148,7 @@ def test_readme_states_the_suites_size(request):
     """README's "The suite has N tests" is the number collected, when the whole suite is (no path, -k or -m)."""
     from conftest import COLLECTED
 
-    option = request.config.option
-    if request.config.args_source != pytest.Config.ArgsSource.TESTPATHS or option.keyword or option.markexpr:
+    if not collected_the_whole_suite(request.config):
         pytest.skip("only a run of the whole suite knows its size")
     stated = re.search(r"The suite has ([\d,]+) tests", (REPO_ROOT / "README.md").read_text()).group(1)
     assert int(stated.replace(",", "")) == request.config.stash[COLLECTED]
